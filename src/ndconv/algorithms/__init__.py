@@ -1,0 +1,10 @@
+"""The algorithm registry: one module per algorithm, each with four pieces.
+
+``supports(p) -> (ok, reason)``, ``configs(p)``, ``default_config(p)`` and
+``run(p, x, w, out, config)`` with the grouped operands of ``ConvProblem.views``. Algorithms
+never parse user arguments and never call the planner.
+"""
+
+from . import gemm, reference
+
+REGISTRY = {module.NAME: module for module in (gemm, reference)}

@@ -1,0 +1,269 @@
+"""Public convolution functions with MLX's semantics, for PyTorch tensors (channels last).
+
+Every function parses its arguments into a ConvProblem (which validates them), promotes the
+dtypes as MLX does, and runs the problem through one differentiable op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import planner
+from .autograd import convolve
+from .problem import DTYPES, ConvProblem
+
+_WRAPPER_NDIM = {"conv1d": 1, "conv2d": 2, "conv3d": 3, "conv_transpose1d": 1,
+                 "conv_transpose2d": 2, "conv_transpose3d": 3}
+
+
+def _ints(op: str, name: str, value, ndim: int) -> tuple[int, ...]:
+    """An int or a sequence of ints (length 1 broadcasts) as one int per spatial axis."""
+    if isinstance(value, bool):
+        raise ValueError(f"{op}: {name} must be an int or a sequence of ints, got {value!r}")
+    if isinstance(value, int):
+        return (value,) * ndim
+    if isinstance(value, Sequence) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if len(value) == 1:
+            return (value[0],) * ndim
+        if len(value) == ndim:
+            return tuple(value)
+        raise ValueError(
+            f"{op}: {name} must have one entry per spatial axis ({ndim}) or a single entry, "
+            f"got {list(value)}"
+        )
+    raise ValueError(f"{op}: {name} must be an int or a sequence of ints, got {value!r}")
+
+
+def _padding(op: str, value, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """MLX padding forms: int, per-axis sequence (symmetric), or a pair (lo, hi) of sequences."""
+    if (
+        isinstance(value, Sequence)
+        and len(value) == 2
+        and all(isinstance(v, Sequence) for v in value)
+    ):
+        return _ints(op, "padding lo", value[0], ndim), _ints(op, "padding hi", value[1], ndim)
+    pad = _ints(op, "padding", value, ndim)
+    return pad, pad
+
+
+def _check_tensors(op: str, input, weight) -> torch.dtype:
+    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise ValueError(
+            f"{op}: input and weight must be torch.Tensor, got {type(input).__name__} "
+            f"and {type(weight).__name__}"
+        )
+    if not input.dtype.is_floating_point:
+        raise ValueError(f"{op}: input must be floating point, got dtype {input.dtype}")
+    if input.dtype not in DTYPES:
+        raise ValueError(f"{op}: input dtype must be one of float16, bfloat16, float32, float64, got {input.dtype}")
+    if weight.dtype not in DTYPES and (weight.dtype.is_floating_point or weight.dtype.is_complex):
+        raise ValueError(
+            f"{op}: weight dtype must be an integer type or one of float16, bfloat16, float32, "
+            f"float64, got {weight.dtype}"
+        )
+    if input.device != weight.device:
+        raise ValueError(
+            f"{op}: input and weight must be on the same device, got {input.device} and {weight.device}"
+        )
+    return torch.promote_types(input.dtype, weight.dtype)
+
+
+def make_problem(
+    x_shape,
+    w_shape,
+    *,
+    dtype=torch.float32,
+    device="cpu",
+    stride=1,
+    padding=0,
+    kernel_dilation=1,
+    input_dilation=1,
+    groups=1,
+    flip=False,
+    op="conv_general",
+) -> ConvProblem:
+    """The ConvProblem of ``conv_general`` on operands of these shapes (no tensors needed)."""
+    if len(x_shape) not in (3, 4, 5):
+        raise ValueError(
+            f"{op}: input must have 3 to 5 dimensions [N, *spatial, C] (1 to 3 spatial axes), "
+            f"got shape {list(x_shape)}"
+        )
+    ndim = len(x_shape) - 2
+    lo, hi = _padding(op, padding, ndim)
+    device_type = torch.device(device).type
+    return ConvProblem.create(
+        x_shape,
+        w_shape,
+        stride=_ints(op, "stride", stride, ndim),
+        padding_lo=lo,
+        padding_hi=hi,
+        kernel_dilation=_ints(op, "kernel_dilation", kernel_dilation, ndim),
+        input_dilation=_ints(op, "input_dilation", input_dilation, ndim),
+        groups=groups,
+        flip=flip,
+        dtype=dtype,
+        device=device_type,
+        allow_tf32=device_type == "cuda" and torch.backends.cudnn.allow_tf32,
+        op=op,
+    )
+
+
+def conv_general(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | tuple[Sequence[int], Sequence[int]] = 0,
+    kernel_dilation: int | Sequence[int] = 1,
+    input_dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    flip: bool = False,
+    *,
+    algorithm: str | None = None,
+    _op: str = "conv_general",
+) -> torch.Tensor:
+    """General N-d convolution (1 to 3 spatial axes), channels last, exactly as MLX's.
+
+    Args:
+        input: ``[N, *spatial, C]``, floating point.
+        weight: ``[O, *kernel, C // groups]``; promoted with the input's dtype.
+        stride: per-axis stride (int, or one entry, or one per axis).
+        padding: int, per-axis sequence (symmetric), or ``(lo, hi)`` pair of sequences; a
+            negative pad crops that many elements of the (undilated) input.
+        kernel_dilation: spacing between kernel taps.
+        input_dilation: spacing between input elements (``input_dilation - 1`` zeros inserted).
+        groups: channel groups; must divide C and O.
+        flip: reverse the kernel along every spatial axis (convolution instead of correlation).
+        algorithm: force one algorithm by name (see ``ndconv.explain``); default: the planner's.
+
+    Returns:
+        ``[N, *spatial_out, O]`` in the promoted dtype.
+    """
+    dtype = _check_tensors(_op, input, weight)
+    if algorithm is not None:
+        planner.lookup(algorithm)
+    p = make_problem(
+        input.shape,
+        weight.shape,
+        dtype=dtype,
+        device=input.device,
+        stride=stride,
+        padding=padding,
+        kernel_dilation=kernel_dilation,
+        input_dilation=input_dilation,
+        groups=groups,
+        flip=flip,
+        op=_op,
+    )
+    return convolve(p, input.to(dtype), weight.to(dtype), algorithm)
+
+
+def _check_wrapper_ndim(op: str, input) -> int:
+    ndim = _WRAPPER_NDIM[op]
+    if isinstance(input, torch.Tensor) and input.dim() != ndim + 2:
+        raise ValueError(
+            f"{op}: input must have {ndim + 2} dimensions [N, *spatial({ndim}), C], "
+            f"got shape {list(input.shape)}"
+        )
+    return ndim
+
+
+def _conv(op, input, weight, stride, padding, dilation, groups, algorithm):
+    ndim = _check_wrapper_ndim(op, input)
+    return conv_general(
+        input, weight, _ints(op, "stride", stride, ndim), _ints(op, "padding", padding, ndim),
+        _ints(op, "dilation", dilation, ndim), 1, groups, False, algorithm=algorithm, _op=op,
+    )
+
+
+def conv1d(input, weight, stride=1, padding=0, dilation=1, groups=1, *, algorithm=None):
+    """1-D convolution: input ``[N, L, C]``, weight ``[O, K, C // groups]``, symmetric padding."""
+    return _conv("conv1d", input, weight, stride, padding, dilation, groups, algorithm)
+
+
+def conv2d(input, weight, stride=1, padding=0, dilation=1, groups=1, *, algorithm=None):
+    """2-D convolution: input ``[N, H, W, C]``, weight ``[O, KH, KW, C // groups]``."""
+    return _conv("conv2d", input, weight, stride, padding, dilation, groups, algorithm)
+
+
+def conv3d(input, weight, stride=1, padding=0, dilation=1, groups=1, *, algorithm=None):
+    """3-D convolution: input ``[N, D, H, W, C]``, weight ``[O, KD, KH, KW, C // groups]``."""
+    return _conv("conv3d", input, weight, stride, padding, dilation, groups, algorithm)
+
+
+def _conv_transpose(op, input, weight, stride, padding, dilation, output_padding, groups, algorithm):
+    ndim = _check_wrapper_ndim(op, input)
+    stride = _ints(op, "stride", stride, ndim)
+    padding = _ints(op, "padding", padding, ndim)
+    dilation = _ints(op, "dilation", dilation, ndim)
+    output_padding = _ints(op, "output_padding", output_padding, ndim)
+    if any(p < 0 for p in padding):
+        raise ValueError(f"{op}: padding must be non-negative, got {list(padding)}")
+    if any(p < 0 for p in output_padding):
+        raise ValueError(f"{op}: output_padding must be non-negative, got {list(output_padding)}")
+    if isinstance(weight, torch.Tensor) and weight.dim() == ndim + 2:
+        spans = [(k - 1) * d + 1 for k, d in zip(weight.shape[1:-1], dilation)]
+    else:
+        spans = [1] * ndim  # conv_general reports the weight's shape error
+    lo = [s - 1 - p for s, p in zip(spans, padding)]
+    hi = [s - 1 - p + op_ for s, p, op_ in zip(spans, padding, output_padding)]
+    return conv_general(
+        input, weight, 1, (lo, hi), dilation, stride, groups, True, algorithm=algorithm, _op=op
+    )
+
+
+def conv_transpose1d(
+    input, weight, stride=1, padding=0, dilation=1, output_padding=0, groups=1, *, algorithm=None
+):
+    """1-D transposed convolution; weight in MLX's layout ``[O, K, C // groups]``."""
+    return _conv_transpose(
+        "conv_transpose1d", input, weight, stride, padding, dilation, output_padding, groups, algorithm
+    )
+
+
+def conv_transpose2d(
+    input, weight, stride=1, padding=0, dilation=1, output_padding=0, groups=1, *, algorithm=None
+):
+    """2-D transposed convolution; weight in MLX's layout ``[O, KH, KW, C // groups]``."""
+    return _conv_transpose(
+        "conv_transpose2d", input, weight, stride, padding, dilation, output_padding, groups, algorithm
+    )
+
+
+def conv_transpose3d(
+    input, weight, stride=1, padding=0, dilation=1, output_padding=0, groups=1, *, algorithm=None
+):
+    """3-D transposed convolution; weight in MLX's layout ``[O, KD, KH, KW, C // groups]``."""
+    return _conv_transpose(
+        "conv_transpose3d", input, weight, stride, padding, dilation, output_padding, groups, algorithm
+    )
+
+
+def explain(
+    input,
+    weight,
+    stride=1,
+    padding=0,
+    kernel_dilation=1,
+    input_dilation=1,
+    groups=1,
+    flip=False,
+    *,
+    algorithm: str | None = None,
+) -> planner.Explanation:
+    """Which algorithm ``conv_general`` would run for each pass (forward, input gradient,
+    weight gradient), and why each algorithm can or cannot run it. ``input`` and ``weight`` are
+    tensors or shapes (shapes mean float32 on the CPU). Nothing is computed."""
+    if isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor):
+        dtype, device = _check_tensors("explain", input, weight), input.device
+    else:
+        dtype, device = torch.float32, "cpu"
+    p = make_problem(
+        tuple(input.shape if isinstance(input, torch.Tensor) else input),
+        tuple(weight.shape if isinstance(weight, torch.Tensor) else weight),
+        dtype=dtype, device=device, stride=stride, padding=padding,
+        kernel_dilation=kernel_dilation, input_dilation=input_dilation, groups=groups,
+        flip=flip, op="explain",
+    )
+    return planner.explain(p, algorithm)

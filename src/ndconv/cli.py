@@ -1,0 +1,94 @@
+"""``python -m ndconv check | explain``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+           "float64": torch.float64}
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import testing
+    from .algorithms import REGISTRY
+
+    device = args.device or _default_device()
+    names = args.algorithm or [n for n in REGISTRY if n != "reference"]
+    cases = [c for c in testing.CASES if not args.case or c.name in args.case]
+    table = Table(title=f"ndconv check on {device}: every algorithm against the float64 reference")
+    for column in ("case", "pass", "dtype", "algorithm", "max rel err", "tol", "result"):
+        table.add_column(column, justify="right" if column in ("max rel err", "tol") else "left")
+    failures = 0
+    for case in cases:
+        for dtype_name in args.dtype:
+            fwd = case.problem(dtype=_DTYPES[dtype_name], device=device)
+            for p in (fwd, fwd.dgrad(), fwd.wgrad()):
+                for name in names:
+                    ok, reason = REGISTRY[name].supports(p)
+                    if not ok:
+                        table.add_row(case.name, p.pass_, dtype_name, name, "-", "-", f"skipped: {reason}")
+                        continue
+                    report = testing.check(name, p)
+                    failures += not report.ok
+                    result = "[green]pass[/]" if report.ok else f"[red]FAIL[/] {report}"
+                    table.add_row(case.name, p.pass_, dtype_name, name, f"{report.max_rel_err:.1e}",
+                                  f"{report.tol:.0e}", result)
+    console = Console()
+    console.print(table)
+    console.print(f"{failures} failure(s)" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+def _explain(args) -> int:
+    from .api import explain
+
+    x = [int(s) for s in args.x.split(",")]
+    w = [int(s) for s in args.w.split(",")]
+    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
+    padding = ints(args.padding)
+    if args.padding_hi is not None:
+        padding = (padding, ints(args.padding_hi))
+    print(explain(x, w, ints(args.stride), padding, ints(args.kernel_dilation),
+                  ints(args.input_dilation), args.groups, args.flip))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ndconv", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="every algorithm against the reference on built-in cases")
+    check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
+    check.add_argument("--dtype", nargs="+", choices=list(_DTYPES), default=["float32", "bfloat16"])
+    check.add_argument("--algorithm", nargs="+", help="algorithms to check (default: all)")
+    check.add_argument("--case", nargs="+", help="case names (default: all)")
+    check.set_defaults(func=_check)
+
+    ex = sub.add_parser("explain", help="which algorithm runs a problem, and why")
+    ex.add_argument("--x", required=True, help="input shape, e.g. 8,56,56,64")
+    ex.add_argument("--w", required=True, help="weight shape, e.g. 64,3,3,64")
+    ex.add_argument("--stride", default="1")
+    ex.add_argument("--padding", default="0", help="per-axis (or lo when --padding-hi is given)")
+    ex.add_argument("--padding-hi", help="per-axis high padding")
+    ex.add_argument("--kernel-dilation", default="1")
+    ex.add_argument("--input-dilation", default="1")
+    ex.add_argument("--groups", type=int, default=1)
+    ex.add_argument("--flip", action="store_true")
+    ex.set_defaults(func=_explain)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

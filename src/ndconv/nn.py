@@ -1,0 +1,170 @@
+"""Convolution layers with MLX's layouts and initialisation, as ``torch.nn.Module``s.
+
+Inputs are channels last (``[N, *spatial, C]``); weights are ``[O, *kernel, C // groups]`` for
+convolutions and transposed convolutions alike; weights are drawn uniformly from
+``±sqrt(1 / (in_channels * prod(kernel)))`` and biases start at zero, as in ``mlx.nn``.
+``from_torch`` converts a ``torch.nn.Conv*d`` / ``ConvTranspose*d`` (channels first) into the
+matching layer here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import api
+
+
+def _tuple(name: str, value, ndim: int) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * ndim
+    value = tuple(value)
+    if len(value) != ndim or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{name} must be an int or {ndim} ints, got {value!r}")
+    return value
+
+
+class _ConvNd(torch.nn.Module):
+    _ndim: int
+    _transposed: bool = False
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        *,
+        output_padding=0,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        name = type(self).__name__
+        for arg, value in (("in_channels", in_channels), ("out_channels", out_channels), ("groups", groups)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {arg} must be a positive integer, got {value!r}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"{name}: groups={groups} must divide in_channels={in_channels} and "
+                f"out_channels={out_channels}"
+            )
+        n = self._ndim
+        self.kernel_size = _tuple(f"{name}: kernel_size", kernel_size, n)
+        self.stride = _tuple(f"{name}: stride", stride, n)
+        self.padding = _tuple(f"{name}: padding", padding, n)
+        self.dilation = _tuple(f"{name}: dilation", dilation, n)
+        self.output_padding = _tuple(f"{name}: output_padding", output_padding, n)
+        if any(k < 1 for k in self.kernel_size):
+            raise ValueError(f"{name}: kernel_size must be positive, got {self.kernel_size}")
+        if not self._transposed and any(self.output_padding):
+            raise ValueError(f"{name}: output_padding is only for transposed convolutions")
+        self.groups = groups
+        scale = math.sqrt(1.0 / (in_channels * math.prod(self.kernel_size)))
+        shape = (out_channels, *self.kernel_size, in_channels // groups)
+        self.weight = torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(out_channels, device=device, dtype=dtype)) if bias else None
+        with torch.no_grad():
+            self.weight.uniform_(-scale, scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._transposed:
+            y = getattr(api, f"conv_transpose{self._ndim}d")(
+                x, self.weight, self.stride, self.padding, self.dilation, self.output_padding, self.groups
+            )
+        else:
+            y = getattr(api, f"conv{self._ndim}d")(
+                x, self.weight, self.stride, self.padding, self.dilation, self.groups
+            )
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        out_channels, in_per_group = self.weight.shape[0], self.weight.shape[-1]
+        s = (
+            f"{in_per_group * self.groups}, {out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}"
+        )
+        if self._transposed:
+            s += f", output_padding={self.output_padding}"
+        return s + f", groups={self.groups}, bias={self.bias is not None}"
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution layer: ``[N, L, C_in] -> [N, L_out, C_out]``."""
+
+    _ndim = 1
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution layer: ``[N, H, W, C_in] -> [N, H_out, W_out, C_out]``."""
+
+    _ndim = 2
+
+
+class Conv3d(_ConvNd):
+    """3-D convolution layer: ``[N, D, H, W, C_in] -> [N, D_out, H_out, W_out, C_out]``."""
+
+    _ndim = 3
+
+
+class ConvTranspose1d(_ConvNd):
+    """1-D transposed convolution layer; weight ``[C_out, K, C_in // groups]``."""
+
+    _ndim, _transposed = 1, True
+
+
+class ConvTranspose2d(_ConvNd):
+    """2-D transposed convolution layer; weight ``[C_out, KH, KW, C_in // groups]``."""
+
+    _ndim, _transposed = 2, True
+
+
+class ConvTranspose3d(_ConvNd):
+    """3-D transposed convolution layer; weight ``[C_out, KD, KH, KW, C_in // groups]``."""
+
+    _ndim, _transposed = 3, True
+
+
+_FROM_TORCH = {
+    torch.nn.Conv1d: Conv1d,
+    torch.nn.Conv2d: Conv2d,
+    torch.nn.Conv3d: Conv3d,
+    torch.nn.ConvTranspose1d: ConvTranspose1d,
+    torch.nn.ConvTranspose2d: ConvTranspose2d,
+    torch.nn.ConvTranspose3d: ConvTranspose3d,
+}
+
+
+def from_torch(module: torch.nn.Module) -> _ConvNd:
+    """The ndconv layer computing the same function as a PyTorch convolution layer, for
+    channels-last inputs. Weights are copied into MLX's layout."""
+    cls = _FROM_TORCH.get(type(module))
+    if cls is None:
+        raise ValueError(f"from_torch: expected a torch.nn.Conv*d or ConvTranspose*d, got {type(module).__name__}")
+    if module.padding_mode != "zeros" or isinstance(module.padding, str):
+        raise ValueError(
+            f"from_torch: only numeric zero padding converts, got padding={module.padding!r}, "
+            f"padding_mode={module.padding_mode!r}"
+        )
+    g = module.groups
+    w = module.weight.detach()
+    if cls._transposed:  # torch [C_in, O/g, *K] -> [O, *K, C_in/g]
+        w = w.unflatten(0, (g, -1)).movedim(1, -1).flatten(0, 1)
+    else:  # torch [O, C/g, *K] -> [O, *K, C/g]
+        w = w.movedim(1, -1)
+    layer = cls(
+        module.in_channels, module.out_channels, module.kernel_size, module.stride, module.padding,
+        module.dilation, g, module.bias is not None,
+        output_padding=module.output_padding if cls._transposed else 0,
+        device=w.device, dtype=w.dtype,
+    )
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        if module.bias is not None:
+            layer.bias.copy_(module.bias.detach())
+    return layer

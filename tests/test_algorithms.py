@@ -1,0 +1,73 @@
+"""Every algorithm against the float64 reference: every case, pass and dtype, on fresh random
+operands, outputs poisoned with NaN before the call (ndconv.testing.check)."""
+
+import pytest
+import torch
+from cases import CASE_PARAMS, PASSES, conv_args, for_pass
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ndconv import testing
+from ndconv.algorithms import REGISTRY
+from ndconv.api import make_problem
+
+ALGORITHMS = [n for n in REGISTRY if n != "reference"]
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_algorithm_matches_reference(case, pass_, dtype, name):
+    p = for_pass(case.problem(dtype=dtype), pass_)
+    ok, reason = REGISTRY[name].supports(p)
+    assert ok, reason  # every algorithm here covers every problem on the CPU
+    report = testing.check(name, p, seed=hash((case.name, pass_)) % 1000)
+    assert report.ok, f"{name} on {p}: {report}"
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+@given(drawn=conv_args(), pass_=st.sampled_from(PASSES), seed=st.integers(0, 2**16))
+def test_algorithm_matches_reference_random(name, drawn, pass_, seed):
+    x_shape, w_shape, args = drawn
+    p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, **args), pass_)
+    report = testing.check(name, p, seed=seed)
+    assert report.ok, f"{name} on {p}: {report}"
+
+
+def test_check_catches_a_wrong_result(monkeypatch):
+    """The harness must fail an algorithm that is off by a little, or leaves outputs unwritten."""
+    p = testing.CASES[6].problem()
+    gemm = REGISTRY["gemm"]
+    original = gemm.run
+
+    def off_by_a_bit(p, x, w, out, config=None):
+        original(p, x, w, out, config)
+        out.view(-1)[0] += 1e-3
+
+    monkeypatch.setattr(gemm, "run", off_by_a_bit)
+    assert not testing.check("gemm", p).ok
+
+    def leaves_one_unwritten(p, x, w, out, config=None):
+        original(p, x, w, out, config)
+        out.view(-1)[-1] = float("nan")
+
+    monkeypatch.setattr(gemm, "run", leaves_one_unwritten)
+    report = testing.check("gemm", p)
+    assert not report.ok and report.n_nonfinite == 1
+
+
+def test_gemm_chunks_under_the_workspace_limit(monkeypatch):
+    """A limit smaller than one chunk row still computes the right result, chunk by chunk."""
+    monkeypatch.setenv("NDCONV_WORKSPACE_LIMIT", "1000")
+    for case in testing.CASES[::5]:
+        p = case.problem()
+        for q in (p, p.dgrad(), p.wgrad()):
+            assert testing.check("gemm", q).ok
+
+
+def test_gemm_rejects_a_bad_workspace_limit(monkeypatch):
+    monkeypatch.setenv("NDCONV_WORKSPACE_LIMIT", "lots")
+    with pytest.raises(ValueError, match="NDCONV_WORKSPACE_LIMIT"):
+        testing.check("gemm", testing.CASES[0].problem())

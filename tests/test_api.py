@@ -1,0 +1,155 @@
+"""The public functions: argument forms, dtypes, devices, zero sizes, layouts, forcing, explain,
+torch.compile."""
+
+import pytest
+import torch
+from test_reference import _oracle
+
+import ndconv
+from ndconv import planner
+
+
+def _data(*shapes, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g, dtype=dtype) for s in shapes]
+
+
+@pytest.mark.parametrize(
+    "padding",
+    [1, [1], [1, 2], ([1, 0], [2, 1]), [[0, 1], [2, 0]], ([-1, 1], [0, -1])],
+    ids=["int", "one", "per-axis", "lo-hi-tuple", "lo-hi-list", "negative"],
+)
+def test_padding_forms(padding):
+    x, w = _data((2, 6, 7, 3), (4, 3, 2, 3))
+    y = ndconv.conv_general(x, w, padding=padding)
+    torch.testing.assert_close(y, _oracle(x, w, dict(padding=padding)))
+
+
+def test_length_one_sequences_broadcast():
+    x, w = _data((1, 7, 7, 2), (2, 3, 3, 2))
+    a = ndconv.conv_general(x, w, stride=[2], padding=[1], kernel_dilation=[1], input_dilation=[2])
+    b = ndconv.conv_general(x, w, stride=2, padding=1, kernel_dilation=1, input_dilation=2)
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    "xd,wd,out",
+    [
+        (torch.float16, torch.float16, torch.float16),
+        (torch.bfloat16, torch.float32, torch.float32),
+        (torch.float32, torch.float64, torch.float64),
+        (torch.bfloat16, torch.float16, torch.float32),
+        (torch.float32, torch.int32, torch.float32),
+        (torch.float16, torch.int64, torch.float16),
+    ],
+)
+def test_dtype_promotion(xd, wd, out):
+    x = torch.randn(1, 5, 5, 2).to(xd)
+    w = torch.randint(-2, 3, (3, 3, 3, 2)).to(wd)
+    y = ndconv.conv2d(x, w, padding=1)
+    assert y.dtype == out
+    ref = _oracle(x.double(), w.double(), dict(padding=1))
+    torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_half_results_accumulate_in_float32():
+    """A long reduction in fp16 is as accurate as rounding its result allows."""
+    x = torch.randn(1, 16, 512, dtype=torch.float16)
+    w = (torch.randn(4, 3, 512) / 40).half()
+    y = ndconv.conv1d(x, w, padding=1)
+    ref = _oracle(x.double(), w.double(), dict(padding=1))
+    assert ((y.double() - ref).abs().max() / ref.abs().max()) < 2e-3
+
+
+@pytest.mark.parametrize("shape_x,shape_w", [((0, 5, 5, 4), (6, 3, 3, 4)), ((2, 5, 5, 4), (0, 3, 3, 4))])
+def test_zero_size_batch_or_output_channels(shape_x, shape_w):
+    x = torch.randn(shape_x, requires_grad=True)
+    w = torch.randn(shape_w, requires_grad=True)
+    y = ndconv.conv2d(x, w, padding=1)
+    assert y.shape == (shape_x[0], 5, 5, shape_w[0])
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x)) and torch.equal(w.grad, torch.zeros_like(w))
+
+
+def test_zero_input_channels_give_zeros():
+    x = torch.randn(2, 5, 0)
+    w = torch.randn(3, 2, 0)
+    y = ndconv.conv1d(x, w)
+    assert y.shape == (2, 4, 3) and torch.equal(y, torch.zeros_like(y))
+
+
+def test_non_contiguous_inputs():
+    x_base, w_base = _data((2, 3, 8, 7), (5, 4, 3, 3))
+    x = x_base.permute(0, 2, 3, 1)[:, ::2]  # [2, 4, 7, 3], strided
+    w = w_base.permute(0, 2, 3, 1)  # [5, 3, 3, 4] -> channels 4? keep C == 3
+    w = w[:, :, :, :3]
+    assert not x.is_contiguous() and not w.is_contiguous()
+    y = ndconv.conv2d(x, w, padding=1)
+    torch.testing.assert_close(y, _oracle(x.contiguous(), w.contiguous(), dict(padding=1)))
+
+
+def test_inputs_are_not_modified():
+    x, w = _data((2, 6, 6, 4), (4, 3, 3, 2))
+    x0, w0 = x.clone(), w.clone()
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    ndconv.conv_general(x, w, 2, ([1, -1], [0, 2]), 1, 2, 2, True).sum().backward()
+    assert torch.equal(x.detach(), x0) and torch.equal(w.detach(), w0)
+
+
+def test_algorithm_keyword_and_environment_force(monkeypatch):
+    x, w = _data((1, 5, 5, 2), (2, 3, 3, 2))
+    calls = []
+    reference = planner.REGISTRY["reference"]
+    original = reference.run
+    monkeypatch.setattr(reference, "run", lambda *a: (calls.append(1), original(*a))[1])
+    ndconv.conv2d(x, w, algorithm="reference")
+    assert calls == [1]
+    monkeypatch.setenv("NDCONV_ALGORITHM", "reference")
+    ndconv.conv2d(x, w)
+    assert calls == [1, 1]
+    monkeypatch.setenv("NDCONV_ALGORITHM", "nope")
+    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: gemm, reference"):
+        ndconv.conv2d(x, w)
+
+
+def test_unknown_algorithm_keyword():
+    x, w = _data((1, 5, 5, 2), (2, 3, 3, 2))
+    with pytest.raises(ValueError, match="unknown algorithm 'fast'"):
+        ndconv.conv2d(x, w, algorithm="fast")
+
+
+def test_forcing_an_unsupporting_algorithm_says_why(monkeypatch):
+    gemm = planner.REGISTRY["gemm"]
+    monkeypatch.setattr(gemm, "supports", lambda p: (False, "gemm is on holiday"))
+    x, w = _data((1, 5, 5, 2), (2, 3, 3, 2))
+    with pytest.raises(ValueError, match="gemm is on holiday"):
+        ndconv.conv2d(x, w, algorithm="gemm")
+
+
+def test_explain_lists_every_algorithm_and_pass():
+    e = ndconv.explain(torch.randn(2, 8, 8, 4), torch.randn(4, 3, 3, 4), padding=1)
+    text = str(e)
+    assert e.chosen("fwd") == "gemm" and e.chosen("dgrad") == "gemm" and e.chosen("wgrad") == "gemm"
+    assert {(r[0], r[1]) for r in e.rows} == {(p, n) for p in ("fwd", "dgrad", "wgrad") for n in planner.REGISTRY}
+    assert text.count("->") == 3 and "gemm" in text and "reference" in text and "x=[2, 8, 8, 4]" in text
+    shapes = ndconv.explain((2, 8, 8, 4), (4, 3, 3, 4), padding=1)
+    assert shapes.problem == e.problem
+
+
+def test_torch_compile_traces_one_op():
+    x, w = _data((2, 6, 6, 3), (4, 3, 3, 3), dtype=torch.float32)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+
+    def f(x, w):
+        return ndconv.conv2d(x, w, stride=2, padding=1).square().sum()
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    out = compiled(x, w)
+    gx, gw = torch.autograd.grad(out, (x, w))
+    ref = f(x, w)
+    rx, rw = torch.autograd.grad(ref, (x, w))
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(gx, rx)
+    torch.testing.assert_close(gw, rw)

@@ -1,0 +1,58 @@
+"""Layers: MLX layouts and initialisation, bias, gradients, conversion from torch.nn."""
+
+import math
+
+import pytest
+import torch
+
+import ndconv
+from ndconv import nn
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_conv_layer_shapes_init_and_bias(ndim):
+    layer = getattr(nn, f"Conv{ndim}d")(4, 6, 3, stride=2, padding=1, groups=2)
+    assert layer.weight.shape == (6, *[3] * ndim, 2)
+    bound = math.sqrt(1 / (4 * 3**ndim))
+    assert layer.weight.abs().max() <= bound and layer.weight.std() > bound / 4
+    assert torch.equal(layer.bias, torch.zeros(6))
+    x = torch.randn(2, *[7] * ndim, 4)
+    y = layer(x)
+    assert y.shape == (2, *[4] * ndim, 6)
+    with torch.no_grad():
+        layer.bias.fill_(0.5)
+    expected = ndconv.conv_general(x, layer.weight, 2, 1, 1, 1, 2) + 0.5
+    torch.testing.assert_close(layer(x), expected)
+    layer(x).sum().backward()
+    assert layer.weight.grad.shape == layer.weight.shape and layer.bias.grad.shape == (6,)
+    assert "kernel_size=" in repr(layer) and "groups=2" in repr(layer)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_transposed_layer(ndim):
+    layer = getattr(nn, f"ConvTranspose{ndim}d")(4, 6, 3, stride=2, padding=1, output_padding=1, bias=False)
+    assert layer.weight.shape == (6, *[3] * ndim, 4) and layer.bias is None
+    x = torch.randn(1, *[4] * ndim, 4)
+    assert layer(x).shape == (1, *[8] * ndim, 6)
+    assert "output_padding=(1" in repr(layer)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        torch.nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2, groups=2),
+        torch.nn.Conv2d(3, 8, (3, 5), stride=(1, 2), padding=(1, 2)),
+        torch.nn.Conv3d(4, 4, 3, padding=1, groups=4, bias=False),
+        torch.nn.ConvTranspose1d(4, 6, 4, stride=2, padding=1, groups=2),
+        torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+        torch.nn.ConvTranspose3d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_from_torch_computes_the_same_function(module):
+    module = module.double()
+    layer = nn.from_torch(module)
+    ndim = module.weight.dim() - 2
+    x = torch.randn(2, *[6] * ndim, module.in_channels, dtype=torch.float64)
+    expected = module(x.movedim(-1, 1).contiguous()).movedim(1, -1)
+    torch.testing.assert_close(layer(x), expected)
