@@ -1,4 +1,4 @@
-"""``python -m ndconv check | explain``."""
+"""``python -m ndconv bench | check | explain``."""
 
 from __future__ import annotations
 
@@ -43,10 +43,47 @@ def _check(args) -> int:
                     result = "[green]pass[/]" if report.ok else f"[red]FAIL[/] {report}"
                     table.add_row(case.name, p.pass_, dtype_name, name, f"{report.max_rel_err:.1e}",
                                   f"{report.tol:.0e}", result)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     console.print(f"{failures} failure(s)" if failures else "all checks passed")
     return 1 if failures else 0
+
+
+def _bench(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .bench import report, runner, suites
+
+    device = args.device or _default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available")
+    suite = args.suite or ("public" if device == "cuda" else "cpu")
+    cases = suites.load_suite(suite)
+    if args.case:
+        unknown = sorted(set(args.case) - {c.name for c in cases})
+        if unknown:
+            raise ValueError(f"--case: no case {', '.join(unknown)} in suite {suite}")
+        cases = [c for c in cases if c.name in args.case]
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def progress(what, done, total):
+            bar.update(task, description=f"bench {what}", completed=done, total=total)
+
+        result = runner.run_suite(cases, device, args.passes, args.algorithm, progress, args.seed)
+    result["suite"] = suite
+    report.print_result(result, console)
+    if args.json:
+        report.write_json(result, args.json)
+        console.print(f"wrote {args.json}")
+    if args.plot:
+        report.plot(result, args.plot)
+        console.print(f"wrote {args.plot}")
+    wrong = any(report._failures(r) for r in result["rows"])
+    return 1 if wrong else 0
 
 
 def _explain(args) -> int:
@@ -66,6 +103,17 @@ def _explain(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ndconv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="time ndconv against PyTorch and the roofline on model-derived cases")
+    bench.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
+    bench.add_argument("--suite", help="public, cpu, or a JSON file of cases (default: public on cuda, cpu on cpu)")
+    bench.add_argument("--case", nargs="+", help="only these case names")
+    bench.add_argument("--passes", nargs="+", choices=["fwd", "dgrad", "wgrad"], help="only these passes")
+    bench.add_argument("--algorithm", nargs="+", help="algorithms to time (default: all but the reference)")
+    bench.add_argument("--json", help="write every number to this JSON file")
+    bench.add_argument("--plot", help="write a PNG bar chart of speed-ups to this file")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.set_defaults(func=_bench)
 
     check = sub.add_parser("check", help="every algorithm against the reference on built-in cases")
     check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")

@@ -1,0 +1,1 @@
+"""The benchmark: model-derived suites, the PyTorch baseline, timing, the roofline and reports."""

@@ -1,0 +1,253 @@
+"""The PyTorch baseline: every formulation of a problem that a PyTorch user would write, so the
+benchmark can report the fastest of them.
+
+A formulation is one ``aten.convolution`` (cuDNN on GPU, oneDNN on CPU) on channels-last views,
+plus the steps it needs around it, which it pays for: asymmetric or negative padding through
+``F.pad``, or a symmetric pad with the output cropped (the causal-conv idiom); input dilation
+through ``conv_transpose`` (with flip) or explicit zero insertion; 1-D both as conv1d and as a
+2-D conv with H = 1. Weights are parameters, so their re-arrangement (layout, flip) is done once,
+untimed. The gradient passes are ``aten.convolution_backward`` of the same formulation; the weight
+gradient reuses the forward's pre-processed input (a training step computed it already).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..problem import ConvProblem
+
+
+@dataclass(frozen=True)
+class Formulation:
+    name: str
+    prepare: Callable  # (a, b) -> operands for run; untimed (weight layout, saved activations)
+    run: Callable  # timed: the user's code for this pass
+    to_natural: Callable  # untimed: run's result in ndconv's natural layout, for checking
+
+
+def channels_first(t: torch.Tensor) -> torch.Tensor:
+    """``[N, *S, C]`` as ``[N, C, *S]`` with canonical channels-last strides, without copying
+    (PyTorch's CPU convolution mishandles odd strides on size-1 axes, so none are left)."""
+    shape = (t.shape[0], t.shape[-1], *t.shape[1:-1])
+    spatial = t.shape[1:-1]
+    strides = [t.shape[-1] * math.prod(spatial), 1]
+    for d in range(len(spatial)):
+        strides.append(t.shape[-1] * math.prod(spatial[d + 1:]))
+    return t.as_strided(shape, strides)
+
+
+def channels_last(t: torch.Tensor) -> torch.Tensor:
+    """``[N, C, *S]`` as ``[N, *S, C]`` (a view)."""
+    return t.movedim(1, -1)
+
+
+def _mlx_pads(p: ConvProblem):
+    """MLX pads per axis (negative = crop of the undilated input)."""
+    lo = [v if v >= 0 else v // i for v, i in zip(p.padding_lo, p.input_dilation)]
+    hi = [v if v >= 0 else v // i for v, i in zip(p.padding_hi, p.input_dilation)]
+    return lo, hi
+
+
+def _torch_pads(lo, hi):
+    """F.pad's argument (last axis first) for per-axis (lo, hi); negative values crop."""
+    pads = []
+    for a, b in zip(reversed(lo), reversed(hi)):
+        pads += [a, b]
+    return pads
+
+
+def _conv_weight(w: torch.Tensor, flip: bool) -> torch.Tensor:
+    """MLX weight [O, *K, C/g] as torch's [O, C/g, *K], channels last, flipped if asked."""
+    D = w.dim() - 2
+    if flip:
+        w = w.flip(tuple(range(1, 1 + D)))
+    return channels_first(w.contiguous())
+
+
+def _transposed_weight(w: torch.Tensor, groups: int, flip: bool) -> torch.Tensor:
+    """MLX weight [O, *K, C/g] as conv_transpose's [C, O/g, *K] (conv_transpose flips itself)."""
+    D = w.dim() - 2
+    if not flip:
+        w = w.flip(tuple(range(1, 1 + D)))
+    w = w.unflatten(0, (groups, -1)).transpose(1, -1).flatten(0, 1)  # [C, *K, O/g]
+    return channels_first(w.contiguous())
+
+
+def _identity(t):
+    return t
+
+
+@dataclass(frozen=True)
+class _Conv:
+    """One aten.convolution with its pre- and post-steps, for one forward problem."""
+
+    name: str
+    p: ConvProblem
+    pre: Callable  # natural x -> [N, C, *S] input of the convolution
+    conv: dict  # stride, padding, dilation, transposed, output_padding, groups
+    weight: Callable  # natural MLX weight -> torch weight
+    crop: tuple | None  # per axis (start, length) of the convolution's output kept, or None
+    unpre: Callable  # gradient of pre's output -> dx (natural layout)
+    flipped_weight: bool  # True when weight() reversed the kernel (undone for checking)
+    lift: Callable = _identity  # adds an H = 1 axis (1-D as 2-D) to the output gradient
+    lower: Callable = _identity  # removes it from outputs and weight gradients
+
+    def _args(self):
+        c = self.conv
+        return (c["stride"], c["padding"], c["dilation"], c["transposed"], c["output_padding"], c["groups"])
+
+    def _crop(self, y):
+        if self.crop is None:
+            return y
+        for d, (start, length) in enumerate(self.crop):
+            y = y.narrow(2 + d, start, length)
+        return y
+
+    def _out_shape(self, x, w):
+        return torch.ops.aten.convolution(x.to("meta"), w.to("meta"), None, *self._args()).shape
+
+    def formulations(self) -> dict[str, Formulation]:
+        p = self.p
+
+        def fwd_run(x, w):
+            return self.lower(self._crop(torch.ops.aten.convolution(self.pre(x), w, None, *self._args())))
+
+        def dgrad_prepare(dy, w):
+            wt = self.weight(w)
+            x_meta = self.pre(torch.empty(p.x_shape, device="meta", dtype=dy.dtype))
+            x_like = torch.empty(x_meta.shape, device=dy.device, dtype=dy.dtype)  # shape only
+            return channels_first(dy), wt, x_like, self._out_shape(x_like, wt)
+
+        def wgrad_prepare(x, dy):
+            xp = self.pre(x)  # the forward computed this already
+            w_like = self.weight(torch.empty(p.w_shape, device=x.device, dtype=x.dtype))  # shape only
+            return channels_first(dy), xp, w_like, self._out_shape(xp, w_like)
+
+        def full_dy(dy, full_shape):
+            """The uncropped convolution's output gradient (zeros where the crop cut)."""
+            dy = self.lift(dy)
+            if self.crop is None:
+                return dy
+            full = torch.empty(full_shape, dtype=dy.dtype, device=dy.device,
+                               memory_format=_memory_format(len(full_shape))).zero_()
+            self._crop(full).copy_(dy)
+            return full
+
+        def dgrad_run(dy, wt, x_like, full_shape):
+            g = torch.ops.aten.convolution_backward(
+                full_dy(dy, full_shape), x_like, wt, None, *self._args(), [True, False, False]
+            )[0]
+            return self.unpre(g)
+
+        def wgrad_run(dy, xp, w_like, full_shape):
+            return torch.ops.aten.convolution_backward(
+                full_dy(dy, full_shape), xp, w_like, None, *self._args(), [False, True, False]
+            )[1]
+
+        return {
+            "fwd": Formulation(self.name, lambda x, w: (x, self.weight(w)), fwd_run, channels_last),
+            "dgrad": Formulation(self.name, dgrad_prepare, dgrad_run, _identity),
+            "wgrad": Formulation(self.name, wgrad_prepare, wgrad_run, self._natural_weight_grad),
+        }
+
+    def _natural_weight_grad(self, g):
+        p = self.p
+        g = self.lower(g)
+        if self.conv["transposed"]:  # [C, O/g, *K] -> [O, C/g, *K]
+            g = g.unflatten(0, (p.groups, -1)).transpose(1, 2).flatten(0, 1)
+        g = g.movedim(1, -1)  # [O, *K, C/g]
+        if self.flipped_weight:
+            g = g.flip(tuple(range(1, 1 + p.ndim)))
+        return g
+
+
+def _memory_format(ndim: int):
+    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(ndim, torch.contiguous_format)
+
+
+def _convs(p: ConvProblem) -> list[_Conv]:
+    """Every PyTorch formulation of forward problem ``p``."""
+    D = p.ndim
+    lo, hi = _mlx_pads(p)
+    idil = p.input_dilation
+    out = []
+    common = dict(dilation=list(p.kernel_dilation), groups=p.groups)
+
+    def direct(name, pre, unpre, lo, hi):
+        """A direct convolution of pre(x), whose pads are (lo, hi) in pre(x)'s coordinates."""
+        weight = lambda w: _conv_weight(w, p.flip)  # noqa: E731
+        conv = dict(stride=list(p.stride), transposed=False, output_padding=[0] * D, **common)
+        if lo == hi and min(lo) >= 0:
+            out.append(_Conv(name, p, pre, dict(padding=list(lo), **conv), weight, None, unpre, p.flip))
+            return
+        pads = _torch_pads(lo, hi)
+        out.append(_Conv(
+            f"{name}+F.pad", p, lambda x: F.pad(pre(x), pads), dict(padding=[0] * D, **conv), weight,
+            None, lambda g: unpre(F.pad(g, [-v for v in pads])), p.flip,
+        ))
+        sym = [max(a, b) for a, b in zip(lo, hi)]
+        if min(lo) >= 0 and min(hi) >= 0 and all((s - a) % st == 0 for s, a, st in zip(sym, lo, p.stride)):
+            crop = tuple(((s - a) // st, so) for s, a, st, so in zip(sym, lo, p.stride, p.out_spatial))
+            out.append(_Conv(f"{name}+sym-pad-crop", p, pre, dict(padding=sym, **conv), weight, crop, unpre, p.flip))
+
+    if all(i == 1 for i in idil):
+        direct("conv", channels_first, channels_last, lo, hi)
+    else:
+        # conv_transpose: lo = span-1-P, hi = lo + output_padding, stride 1 only
+        P = [sp - 1 - a for sp, a in zip(p.span, p.padding_lo)]
+        op = [b - a for a, b in zip(p.padding_lo, p.padding_hi)]
+        if (
+            all(s == 1 for s in p.stride)
+            and min(P) >= 0
+            and all(0 <= o < max(i, kd) for o, i, kd in zip(op, idil, p.kernel_dilation))
+        ):
+            conv = dict(stride=list(idil), padding=P, transposed=True, output_padding=op, **common)
+            out.append(_Conv(
+                "conv_transpose", p, channels_first, conv, lambda w: _transposed_weight(w, p.groups, p.flip),
+                None, channels_last, not p.flip,
+            ))
+
+        # explicit zero insertion, then a direct convolution (pads now in dilated coordinates)
+        def insert_zeros(x):
+            z = x.new_zeros((x.shape[0], *p.dilated_in, x.shape[-1]))
+            z[(slice(None), *(slice(None, None, i) for i in idil))] = x
+            return channels_first(z)
+
+        def remove_zeros(g):
+            return channels_last(g)[(slice(None), *(slice(None, None, i) for i in idil))]
+
+        direct("zero-insert+conv", insert_zeros, remove_zeros, list(p.padding_lo), list(p.padding_hi))
+
+    if D == 1:  # the same, as a 2-D convolution with H = 1
+        for c in list(out):
+            out.append(_as_2d(c))
+    return out
+
+
+def _as_2d(c: _Conv) -> _Conv:
+    """Formulation ``c`` of a 1-D problem as a 2-D convolution with H = 1."""
+
+    def up(t):  # [N, C, L] -> [N, C, 1, L], canonical channels-last strides when possible
+        N, C, L = t.shape
+        if t.stride(1) == 1 and t.stride(2) == C:
+            return t.as_strided((N, C, 1, L), (C * L, 1, C * L, C))
+        return t.unsqueeze(2)
+
+    conv = dict(c.conv)
+    for k, fill in (("stride", 1), ("padding", 0), ("dilation", 1), ("output_padding", 0)):
+        conv[k] = [fill] + list(conv[k])
+    crop = None if c.crop is None else ((0, 1), *c.crop)
+    return _Conv(
+        f"{c.name} (as 2-D)", c.p, lambda x: up(c.pre(x)), conv, lambda w: up(c.weight(w)), crop,
+        lambda g: c.unpre(g.squeeze(2)), c.flipped_weight, up, lambda t: t.squeeze(2),
+    )
+
+
+def formulations(p: ConvProblem, pass_: str) -> list[Formulation]:
+    """The PyTorch formulations of pass ``pass_`` of forward problem ``p``."""
+    return [c.formulations()[pass_] for c in _convs(p)]

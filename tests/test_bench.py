@@ -1,0 +1,118 @@
+"""The benchmark: suites load, every PyTorch baseline formulation is right, the runner produces
+numbers, JSON and a plot on CPU, and a wrong algorithm is reported as wrong, never as a time."""
+
+import json
+
+import pytest
+import torch
+from cases import CASE_PARAMS, PASSES, for_pass
+
+from ndconv import cli, testing
+from ndconv.algorithms import REGISTRY
+from ndconv.bench import baseline, runner, suites
+
+TINY = [
+    {"name": "tiny_3x3", "x": [2, 6, 6, 4], "w": [4, 3, 3, 4], "stride": [1, 1], "padding_lo": [1, 1],
+     "padding_hi": [1, 1], "kernel_dilation": [1, 1], "input_dilation": [1, 1], "groups": 1, "flip": False,
+     "dtype": "float32", "passes": ["fwd", "dgrad", "wgrad"], "model": "test"},
+    {"name": "tiny_causal", "x": [1, 16, 4], "w": [4, 3, 1], "stride": [1], "padding_lo": [2],
+     "padding_hi": [0], "kernel_dilation": [1], "input_dilation": [1], "groups": 4, "flip": False,
+     "dtype": "float32", "passes": ["fwd", "wgrad"]},
+    {"name": "tiny_convT", "x": [1, 4, 4, 3], "w": [2, 3, 3, 3], "stride": [1, 1], "padding_lo": [1, 1],
+     "padding_hi": [2, 2], "kernel_dilation": [1, 1], "input_dilation": [2, 2], "groups": 1, "flip": True,
+     "dtype": "float32", "passes": ["wgrad"]},
+]
+
+
+@pytest.fixture
+def tiny_suite(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["public", "cpu"])
+def test_builtin_suites_load(name):
+    cases = suites.load_suite(name)
+    assert len(cases) >= 12 and all(c.passes for c in cases)
+    assert {cat for c in cases for cat in suites.category(c.problem("cpu"))} == {
+        "dense", "depthwise", "grouped", "1-D", "3-D", "transposed"}
+
+
+def test_public_suite_is_the_shared_one():
+    names = [c.name for c in suites.load_suite("public")]
+    assert names[:3] == ["r50_stem_7x7s2", "r50_3x3_56", "r50_1x1_56"] and len(names) == 25
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([{"name": "x"}], "lacks"),
+    ([dict(TINY[0], dtype="int8")], "dtype must be one of"),
+    ([dict(TINY[0], passes=["backward"])], "passes must be among"),
+    ([dict(TINY[0], stride=[0, 1])], "stride must be positive"),
+    ({"not": "a list"}, "expected a list"),
+])
+def test_malformed_suite_files_are_rejected(tmp_path, bad, match):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=match):
+        suites.load_suite(str(path))
+
+
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_every_baseline_formulation_is_right(case, pass_):
+    p = case.problem()
+    q = for_pass(p, pass_)
+    a, b = testing.random_operands(q, torch.Generator().manual_seed(7))
+    ref = testing.reference_result(q, a, b)
+    if pass_ == "wgrad" and p.flip:
+        ref = ref.flip(tuple(range(1, 1 + p.ndim)))
+    forms = baseline.formulations(p, pass_)
+    assert forms, "every problem has at least one PyTorch formulation"
+    for f in forms:
+        out = f.to_natural(f.run(*f.prepare(a, b)))
+        testing.assert_close(out, ref, testing.tolerance(q), f"{f.name} {pass_}")
+
+
+def test_runner_on_tiny_cases(tiny_suite, tmp_path):
+    result = runner.run_suite(suites.load_suite(tiny_suite), "cpu")
+    assert len(result["rows"]) == 6
+    for row in result["rows"]:
+        assert row["baseline"][1] > 0 and row["best"][1] > 0 and row["planner"]["ms"] > 0
+        assert row["floor_ms"] > 0 and row["speedup"] > 0 and row["best_vs_floor"] > 0
+        assert row["flops"] > 0 and row["bytes"] > 0 and "gemm" in row["algorithms"]
+        assert row["algorithms"]["gemm"]["max_rel_err"] < 1e-4
+    assert set(result["summary"]) >= {"dense", "depthwise", "1-D", "transposed", "overall"}
+    assert result["env"]["torch"] == torch.__version__ and result["roofline"]["bandwidth_gbs"] > 0
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    assert cli.main(["bench", "--suite", tiny_suite, "--case", "tiny_3x3", "--passes", "fwd",
+                     "--json", str(out_json), "--plot", str(out_png)]) == 0
+    data = json.loads(out_json.read_text())
+    assert set(data) >= {"env", "roofline", "rows", "summary", "suite"} and len(data["rows"]) == 1
+    row = data["rows"][0]
+    for key in ("case", "pass", "floor_ms", "baseline", "best", "planner", "speedup", "best_vs_floor",
+                "best_tflops", "best_gbs", "baseline_formulations", "algorithms", "checked_on"):
+        assert key in row
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_wrong_algorithm_is_reported_wrong_not_timed(tiny_suite, monkeypatch, capsys):
+    gemm = REGISTRY["gemm"]
+    original = gemm.run
+
+    def wrong(p, x, w, out, config=None):
+        original(p, x, w, out, config)
+        out.view(-1)[0] += 1.0
+
+    monkeypatch.setattr(gemm, "run", wrong)
+    result = runner.run_suite(suites.load_suite(tiny_suite)[:1], "cpu", passes=["fwd"])
+    row = result["rows"][0]
+    assert "wrong" in row["algorithms"]["gemm"] and "ms" not in row["algorithms"]["gemm"]
+    assert row["best"] is None and row["speedup"] is None
+    assert cli.main(["bench", "--suite", tiny_suite, "--case", "tiny_3x3", "--passes", "fwd"]) == 1
+    assert "WRONG" in capsys.readouterr().out
+
+
+def test_unknown_case_is_an_error(capsys):
+    assert cli.main(["bench", "--case", "nope"]) == 2
+    assert "no case nope" in capsys.readouterr().err
