@@ -105,11 +105,12 @@ def test_a_wrong_algorithm_is_reported_wrong_not_timed(tiny_suite, monkeypatch, 
         out.view(-1)[0] += 1.0
 
     monkeypatch.setattr(gemm, "run", wrong)
-    result = runner.run_suite(suites.load_suite(tiny_suite)[:1], "cpu", passes=["fwd"])
+    result = runner.run_suite(suites.load_suite(tiny_suite)[:1], "cpu", passes=["fwd"], algorithms=["gemm"])
     row = result["rows"][0]
     assert "wrong" in row["algorithms"]["gemm"] and "ms" not in row["algorithms"]["gemm"]
     assert row["best"] is None and row["speedup"] is None
-    assert cli.main(["bench", "--suite", tiny_suite, "--case", "tiny_3x3", "--passes", "fwd"]) == 1
+    assert cli.main(["bench", "--suite", tiny_suite, "--case", "tiny_3x3", "--passes", "fwd",
+                     "--algorithm", "gemm"]) == 1
     assert "WRONG" in capsys.readouterr().out
 
 

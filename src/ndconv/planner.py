@@ -16,9 +16,10 @@ from .problem import ConvProblem
 
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
 
-# Preference order: the first algorithm that supports a problem runs it. The reference is the
-# test oracle (float64, slow) and comes last.
-PREFERENCE = ("gemm", "reference")
+# Preference order per device: the first algorithm that supports a problem runs it. On the GPU
+# the Triton implicit GEMM covers every problem in fp16/bf16/fp32; gemm (torch ops) covers the
+# rest and the CPU; the reference is the test oracle (float64, slow) and comes last.
+PREFERENCE = {"cuda": ("implicit_gemm", "gemm", "reference"), "cpu": ("gemm", "reference")}
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def plan(p: ConvProblem, algorithm: str | None = None) -> Plan:
 
 @lru_cache(maxsize=128)
 def _choose(p: ConvProblem) -> Plan:
-    for name in PREFERENCE:
+    for name in PREFERENCE.get(p.device, PREFERENCE["cpu"]):
         module = REGISTRY[name]
         ok, reason = module.supports(p)
         if ok:

@@ -111,10 +111,11 @@ def reference_result(p: ConvProblem, a: torch.Tensor, b: torch.Tensor) -> torch.
     return out
 
 
-def check(name: str, p: ConvProblem, seed: int = 0) -> Report:
-    """Algorithm ``name`` against the reference on fresh random operands of ``p``."""
+def check(name: str, p: ConvProblem, seed: int = 0, config=None) -> Report:
+    """Algorithm ``name`` (with ``config``, default its own) against the reference on fresh
+    random operands of ``p``."""
     a, b = random_operands(p, torch.Generator().manual_seed(seed))
-    return compare(run_algorithm(name, p, a, b), reference_result(p, a, b), tolerance(p))
+    return compare(run_algorithm(name, p, a, b, config), reference_result(p, a, b), tolerance(p))
 
 
 @dataclass(frozen=True)
@@ -154,4 +155,8 @@ CASES = (
     Case("3d_causal_t", (1, 5, 4, 4, 4), (2, 3, 3, 3, 4), dict(padding=([2, 1, 1], [0, 1, 1]))),
     Case("3d_grouped_strided", (2, 5, 6, 5, 4), (6, 2, 3, 2, 2), dict(stride=(1, 2, 2), groups=2, kernel_dilation=(2, 1, 1))),
     Case("3d_convT_s2", (1, 3, 3, 3, 4), (2, 2, 2, 2, 4), dict(input_dilation=2, padding=1, flip=True)),
+    # channel counts of 16 and more (kernels take their per-tap, vectorised path)
+    Case("2d_c24_3x3", (1, 5, 6, 24), (20, 3, 3, 24), dict(padding=1)),
+    Case("1d_c32_convT", (2, 6, 32), (16, 4, 32), dict(input_dilation=2, padding=([2], [3]), flip=True)),
+    Case("3d_c16_grouped", (1, 3, 4, 4, 32), (18, 3, 3, 3, 16), dict(padding=1, groups=2, stride=(1, 2, 1))),
 )

@@ -5,6 +5,6 @@
 never parse user arguments and never call the planner.
 """
 
-from . import gemm, reference
+from . import gemm, implicit_gemm, reference
 
-REGISTRY = {module.NAME: module for module in (gemm, reference)}
+REGISTRY = {module.NAME: module for module in (implicit_gemm, gemm, reference)}

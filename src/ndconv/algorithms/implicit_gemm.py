@@ -1,0 +1,213 @@
+"""Triton implicit GEMM: every conv_general problem on the GPU, forward and both gradients.
+
+Forward (and input gradient, which is a forward problem over dy): the GEMM view per group is
+M = N*prod(S_out), N = O/groups, K = prod(kernel)*C/groups; input tiles are gathered straight
+from the channels-last input per kernel tap, with masks for padding, and never unfolded in
+memory. Input dilation (transposed convolutions, input gradients of strided convolutions) splits
+the output into phases: per axis, the output positions j = r + P*q that see the same subset of
+taps (P = lcm(stride, idil)/stride), each phase a dense implicit GEMM over only its taps, so no
+inserted zero is ever multiplied (the "jump" parameters of the Metal seed's general kernel).
+
+Weight gradient: its own kernel, a GEMM per group over the long reduction N*S_out with the
+reduction split across programs (split-K) into a float32 workspace that is summed afterwards,
+so the result is deterministic. It gathers whichever operand makes the gather dense: x at
+stride `stride` (rows over output positions) when there is no input dilation, else dy at stride
+`input_dilation` (rows over input positions).
+
+Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .triton_support import INTERPRET, device_reason
+
+NAME = "implicit_gemm"
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_SM_COUNT_FALLBACK = 132
+
+
+@dataclass(frozen=True)
+class Config:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    packed: bool = False  # reduction over (tap, channel) pairs (small channel counts)
+    split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
+
+
+def supports(p):
+    reason = device_reason(p)
+    if reason:
+        return False, reason
+    if p.dtype not in _DTYPES:
+        return False, f"Triton kernels run float16, bfloat16 and float32, not {str(p.dtype)[6:]}"
+    if p.pass_ == "wgrad":
+        return True, "Triton weight-gradient GEMM, split-K over N*S_out, deterministic"
+    if any(d > 1 for d in p.input_dilation):
+        return True, "Triton implicit GEMM over output phases (no inserted zeros multiplied)"
+    return True, "Triton implicit GEMM: input gathered per tap, nothing unfolded in memory"
+
+
+def _pow2_at_least(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, 1 << max(0, n - 1).bit_length()))
+
+
+def default_config(p) -> Config:
+    """Tile shapes by the problem's shape class (Hopper: bf16 peaks with 128x128x64 tiles)."""
+    half = p.dtype != torch.float32
+    if p.pass_ == "wgrad":
+        rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
+        block_m = _pow2_at_least(rows_of_dw, 16, 128)
+        block_n = 128 if half else 64
+        warps = 8 if block_m * block_n >= 128 * 128 else 4
+        return Config(block_m, block_n, 64 if half else 32, warps, 3)
+    M, N, _ = p.gemm_mnk
+    packed = p.c_per_group < 16
+    block_n = _pow2_at_least(N, 16, 128 if half else 64)
+    block_m = 128 if M >= 4096 else 64
+    block_k = 32 if packed else min(64 if half else 32, _pow2_at_least(p.c_per_group, 16, 64))
+    warps = 8 if block_m * block_n >= 128 * 128 else 4
+    return Config(block_m, block_n, block_k, warps, 3 if half else 2, packed)
+
+
+def configs(p) -> list[Config]:
+    """The search space for autotuning, pruned by the problem's sizes."""
+    base = default_config(p)
+    out = [base]
+    for bm in (64, 128):
+        for bn in (32, 64, 128, 256):
+            for bk in (32, 64):
+                for warps in (4, 8):
+                    for stages in (2, 3, 4):
+                        c = Config(bm, bn, bk, warps, stages, base.packed)
+                        if c != base and bn <= max(32, 2 * base.block_n) and bm * bn * bk <= 128 * 256 * 64:
+                            out.append(c)
+    return out
+
+
+def _gathers_input(p) -> bool:
+    """Weight-gradient orientation: gather x (dense when the forward has no input dilation)."""
+    return all(d == 1 for d in p.input_dilation) or any(s > 1 for s in p.kernel_dilation)
+
+
+def _pad3(values, fill):
+    values = tuple(values)
+    return (fill,) * (3 - len(values)) + values
+
+
+def _spatial_strides(t, first: int, count: int):
+    return _pad3(t.stride()[first:first + count], 0)
+
+
+def _needs_int64(*tensors) -> bool:
+    return any(
+        sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) >= 2**31 for t in tensors
+    )
+
+
+def _precision(p) -> str:
+    return "tf32" if p.allow_tf32 else "ieee"
+
+
+def _sm_count(device) -> int:
+    if device.type != "cuda":
+        return _SM_COUNT_FALLBACK
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def run(p, x, w, out, config: Config | None = None):
+    """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
+    config = config or default_config(p)
+    if p.pass_ == "wgrad":
+        return _run_wgrad(p, x, w, out, config)
+    from .implicit_gemm_kernels import conv_fwd_kernel
+
+    D = p.ndim
+    S, SO, K = _pad3(p.in_spatial, 1), _pad3(p.out_spatial, 1), _pad3(p.kernel, 1)
+    ST, KD, ID = _pad3(p.stride, 1), _pad3(p.kernel_dilation, 1), _pad3(p.input_dilation, 1)
+    LO = _pad3(p.padding_lo, 0)
+    PJ = tuple(math.lcm(s, i) // s for s, i in zip(ST, ID))  # output phase period
+    PT = tuple(math.lcm(k, i) // k for k, i in zip(KD, ID))  # tap period within a phase
+    QS = tuple(math.lcm(s, i) // i for s, i in zip(ST, ID))  # input step per phase row
+    US = tuple(math.lcm(k, i) // i for k, i in zip(KD, ID))  # input step per phase tap
+    nphase = math.prod(PJ)
+    rows = p.batch * math.prod(-(-so // pj) for so, pj in zip(SO, PJ))
+    G, Cg, Og = p.groups, p.c_per_group, p.o_per_group
+    sx, sw, sy = x.stride(), w.stride(), out.stride()
+    grid = (triton_cdiv(rows, config.block_m), triton_cdiv(Og, config.block_n), G * nphase)
+    conv_fwd_kernel[grid](
+        x, w, out,
+        p.batch, Cg, Og, nphase,
+        *S, *SO, *K, *ST, *KD, *ID, *LO, *PJ, *PT, *QS, *US,
+        sx[0], *_spatial_strides(x, 1, D), sx[-2], sx[-1],
+        sw[0], sw[1], *_spatial_strides(w, 2, D), sw[-1],
+        sy[0], *_spatial_strides(out, 1, D), sy[-2], sy[-1],
+        FLIP=p.flip, PACKED=config.packed, INT64=_needs_int64(x, w, out),
+        PRECISION=_precision(p), UPCAST=INTERPRET,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
+    """The weight-gradient problem's views back in natural layouts, then one split-K GEMM."""
+    from .implicit_gemm_kernels import conv_wgrad_kernel
+
+    D = p.ndim
+    spatial = tuple(range(1, D + 1))
+    x = x_t.permute(D + 2, *spatial, D + 1, 0)  # [N, *S, G, Cg]
+    dy = dy_t.permute(D + 2, *(s + 1 for s in spatial), 0, 1)  # [N, *S_out, G, Og]
+    dw = dw_t.permute(D + 1, D + 2, *spatial, 0)  # [G, Og, *K, Cg]
+    # forward geometry of this weight gradient (see ConvProblem.wgrad)
+    stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo
+    in_spatial, out_spatial, kernel = p.in_spatial, p.kernel, p.out_spatial
+    G, N = p.groups, p.x_shape[-1] // p.groups
+    if _gathers_input(p):  # rows over output positions, x gathered at (j*st + t*kd - lo) / idil
+        dense, gathered, rows_spatial, gathered_spatial = dy, x, out_spatial, in_spatial
+        A, T, F, V = stride, kdil, tuple(-v for v in lo), idil
+        out_view = dw  # [G, Og, *K, Cg]: m = o, columns (tap, c)
+    else:  # rows over input positions, dy gathered at (i*idil - t*kd + lo) / stride
+        dense, gathered, rows_spatial, gathered_spatial = x, dy, in_spatial, out_spatial
+        A, T, F, V = idil, tuple(-k for k in kdil), lo, stride
+        out_view = dw.transpose(1, -1)  # [G, Cg, *K, Og]: m = c, columns (tap, o)
+    MD, ND = dense.shape[-1], gathered.shape[-1]
+    taps = math.prod(kernel)
+    rows = N * math.prod(rows_spatial)
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    base_programs = triton_cdiv(MD, bm) * triton_cdiv(taps * ND, bn) * G
+    split = config.split_k or max(1, min(4 * _sm_count(x.device) // base_programs, triton_cdiv(rows, 8 * bk)))
+    rows_per_split = triton_cdiv(triton_cdiv(rows, split), bk) * bk
+    split = triton_cdiv(rows, rows_per_split)
+    if split == 1:  # write the result directly: out_view [G, MD, *K, ND]
+        target = out_view
+        so = (0, target.stride(0), target.stride(1), *_spatial_strides(target, 2, D), target.stride(-1))
+    else:  # partial sums per split, summed in a fixed order afterwards (deterministic)
+        target = torch.empty((split, G, MD, *kernel, ND), device=x.device, dtype=torch.float32)
+        st = target.stride()
+        so = (st[0], st[1], st[2], *_spatial_strides(target, 3, D), st[-1])
+    sd, ss = dense.stride(), gathered.stride()
+    grid = (triton_cdiv(MD, bm), triton_cdiv(taps * ND, bn), G * split)
+    conv_wgrad_kernel[grid](
+        dense, gathered, target,
+        rows_per_split, N, MD, ND, split,
+        *_pad3(rows_spatial, 1), *_pad3(gathered_spatial, 1), *_pad3(kernel, 1),
+        *_pad3(A, 0), *_pad3(T, 0), *_pad3(F, 0), *_pad3(V, 1),
+        sd[0], *_spatial_strides(dense, 1, D), sd[-2], sd[-1],
+        ss[0], *_spatial_strides(gathered, 1, D), ss[-2], ss[-1],
+        *so,
+        INT64=_needs_int64(dense, gathered, target), PRECISION=_precision(p), UPCAST=INTERPRET,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if split > 1:
+        out_view.copy_(target.sum(0))

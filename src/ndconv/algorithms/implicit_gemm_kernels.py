@@ -1,0 +1,214 @@
+"""Triton kernels of the implicit-GEMM convolution (launchers in implicit_gemm.py).
+
+Every problem is padded to three spatial axes (size-1 axes in front). Names: ``S`` input size,
+``SO`` output size, ``K`` kernel size, ``ST`` stride, ``KD`` kernel dilation, ``ID`` input
+dilation, ``LO`` low pad (dilated coordinates), per axis 1..3; ``s*`` are element strides.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    if UPCAST:  # Triton's interpreter computes half-precision dots wrongly; the GPU never upcasts
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def _phase(r, so, k, st, kd, idil, lo, pj, pt):
+    """Output phase ``r`` of one axis: output j = r + pj*q for q < count reads input
+    index base + q*(lcm(st, idil)/idil) + u*(lcm(kd, idil)/idil) through the read-order taps
+    t' = t0 + pt*u, u < taps; taps = 0 when no tap of this phase lands on a real input element."""
+    t0 = pt
+    for t in range(0, pt):
+        hit = ((r * st + t * kd - lo) % idil) == 0
+        t0 = tl.where(hit & (t < t0), t, t0)
+    taps = tl.where((t0 < pt) & (t0 < k), (k - t0 + pt - 1) // pt, 0)  # t0 == pt: no tap hits
+    count = (so - r + pj - 1) // pj
+    base = (r * st + t0 * kd - lo) // idil  # exact whenever taps > 0
+    return count, base, t0, taps
+
+
+@triton.jit
+def conv_fwd_kernel(
+    x_ptr, w_ptr, y_ptr,
+    N, CG, OG, NPHASE,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
+    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    PJ1, PJ2, PJ3, PT1, PT2, PT3, QS1, QS2, QS3, US1, US2, US3,
+    sxn, sx1, sx2, sx3, sxg, sxc,
+    swg, swo, sw1, sw2, sw3, swc,
+    syn, sy1, sy2, sy3, syg, syo,
+    FLIP: tl.constexpr, PACKED: tl.constexpr, INT64: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y[n, j, g, o] = sum_{t, c} x[n, (j*st + t'*kd - lo) / idil, g, c] * w[g, o, t, c], over
+    the taps t whose input position is a real element: one output phase per program (grid z)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_z = tl.program_id(2)
+    g = pid_z // NPHASE
+    phase = pid_z % NPHASE
+    r3 = phase % PJ3
+    r2 = (phase // PJ3) % PJ2
+    r1 = phase // (PJ3 * PJ2)
+    Q1, B1, T01, NT1 = _phase(r1, SO1, K1, ST1, KD1, ID1, LO1, PJ1, PT1)
+    Q2, B2, T02, NT2 = _phase(r2, SO2, K2, ST2, KD2, ID2, LO2, PJ2, PT2)
+    Q3, B3, T03, NT3 = _phase(r3, SO3, K3, ST3, KD3, ID3, LO3, PJ3, PT3)
+    m_total = N * Q1 * Q2 * Q3
+    taps = tl.where(pid_m * BLOCK_M < m_total, NT1 * NT2 * NT3, 0)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows of this phase: (n, q1, q2, q3)
+    mask_m = offs_m < m_total
+    Q1, Q2, Q3 = tl.maximum(Q1, 1), tl.maximum(Q2, 1), tl.maximum(Q3, 1)  # empty phases: no rows
+    q3 = offs_m % Q3
+    rest = offs_m // Q3
+    q2 = rest % Q2
+    rest = rest // Q2
+    q1 = rest % Q1
+    n = rest // Q1
+    if INT64:
+        n = n.to(tl.int64)
+        g = g.to(tl.int64)
+    i1 = B1 + q1 * QS1  # input coordinates at the phase's first tap, [BLOCK_M]
+    i2 = B2 + q2 * QS2
+    i3 = B3 + q3 * QS3
+    x_rows = x_ptr + n * sxn + g * sxg  # [BLOCK_M] pointers
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < OG
+    w_cols = w_ptr + g * swg + offs_n * swo  # [BLOCK_N] pointers
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if PACKED:  # small channel counts: the reduction runs over (tap, channel) pairs
+        k_total = taps * CG
+        for k0 in range(0, k_total, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            mask_k = offs_k < k_total
+            tap = offs_k // CG
+            c = offs_k % CG
+            u3 = tap % NT3
+            u2 = (tap // NT3) % NT2
+            u1 = tap // (NT3 * NT2)
+            ii1 = i1[:, None] + (u1 * US1)[None, :]  # [BLOCK_M, BLOCK_K]
+            ii2 = i2[:, None] + (u2 * US2)[None, :]
+            ii3 = i3[:, None] + (u3 * US3)[None, :]
+            ok = mask_m[:, None] & mask_k[None, :]
+            ok &= (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2) & (ii3 >= 0) & (ii3 < S3)
+            a = tl.load(x_rows[:, None] + ii1 * sx1 + ii2 * sx2 + ii3 * sx3 + (c * sxc)[None, :],
+                        mask=ok, other=0.0)
+            t1 = T01 + u1 * PT1
+            t2 = T02 + u2 * PT2
+            t3 = T03 + u3 * PT3
+            if FLIP:
+                t1 = K1 - 1 - t1
+                t2 = K2 - 1 - t2
+                t3 = K3 - 1 - t3
+            b = tl.load(w_cols[None, :] + (t1 * sw1 + t2 * sw2 + t3 * sw3 + c * swc)[:, None],
+                        mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+            acc = _dot(a, b, acc, PRECISION, UPCAST)
+    else:  # one tap at a time, channels in BLOCK_K chunks: contiguous, vectorised loads
+        chunks = tl.cdiv(CG, BLOCK_K)
+        for kk in range(0, taps * chunks):
+            tap = kk // chunks
+            offs_c = (kk % chunks) * BLOCK_K + tl.arange(0, BLOCK_K)
+            mask_c = offs_c < CG
+            u3 = tap % NT3
+            u2 = (tap // NT3) % NT2
+            u1 = tap // (NT3 * NT2)
+            ii1 = i1 + u1 * US1
+            ii2 = i2 + u2 * US2
+            ii3 = i3 + u3 * US3
+            ok = mask_m & (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2) & (ii3 >= 0) & (ii3 < S3)
+            a = tl.load((x_rows + ii1 * sx1 + ii2 * sx2 + ii3 * sx3)[:, None] + (offs_c * sxc)[None, :],
+                        mask=ok[:, None] & mask_c[None, :], other=0.0)
+            t1 = T01 + u1 * PT1
+            t2 = T02 + u2 * PT2
+            t3 = T03 + u3 * PT3
+            if FLIP:
+                t1 = K1 - 1 - t1
+                t2 = K2 - 1 - t2
+                t3 = K3 - 1 - t3
+            b = tl.load(w_cols[None, :] + t1 * sw1 + t2 * sw2 + t3 * sw3 + (offs_c * swc)[:, None],
+                        mask=mask_c[:, None] & mask_n[None, :], other=0.0)
+            acc = _dot(a, b, acc, PRECISION, UPCAST)
+
+    j1 = r1 + PJ1 * q1
+    j2 = r2 + PJ2 * q2
+    j3 = r3 + PJ3 * q3
+    y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2 + j3 * sy3 + g * syg
+    tl.store(y_rows[:, None] + (offs_n * syo)[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def conv_wgrad_kernel(
+    d_ptr, s_ptr, out_ptr,
+    ROWS_PER_SPLIT, NB, MD, ND, SPLIT,
+    R1, R2, R3, SG1, SG2, SG3, K1, K2, K3,
+    A1, A2, A3, T1, T2, T3, F1, F2, F3, V1, V2, V3,
+    sdn, sd1, sd2, sd3, sdg, sdc,
+    ssn, ss1, ss2, ss3, ssg, ssc,
+    sos, sog, som, so1, so2, so3, son,
+    INT64: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """out[split, g, m, t, c] = sum over rows r = (n, p) of this split of
+    dense[n, p, g, m] * gathered[n, (p*A + t*T + F) / V, g, c] (zero unless divisible and inside):
+    the weight gradient as one GEMM per group over the long reduction, split across programs."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_z = tl.program_id(2)
+    g = pid_z // SPLIT
+    split = pid_z % SPLIT
+    if INT64:
+        g = g.to(tl.int64)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < MD
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # columns: (tap, channel)
+    mask_n = offs_n < K1 * K2 * K3 * ND
+    tap = offs_n // ND
+    c = offs_n % ND
+    t3 = tap % K3
+    t2 = (tap // K3) % K2
+    t1 = tap // (K3 * K2)
+
+    rows_total = NB * R1 * R2 * R3
+    r_begin = split * ROWS_PER_SPLIT
+    r_end = tl.minimum(rows_total, r_begin + ROWS_PER_SPLIT)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r0 in range(r_begin, r_end, BLOCK_K):
+        rows = r0 + tl.arange(0, BLOCK_K)
+        mask_r = rows < r_end
+        p3 = rows % R3
+        rest = rows // R3
+        p2 = rest % R2
+        rest = rest // R2
+        p1 = rest % R1
+        n = rest // R1
+        if INT64:
+            n = n.to(tl.int64)
+        d_rows = d_ptr + n * sdn + p1 * sd1 + p2 * sd2 + p3 * sd3 + g * sdg
+        a = tl.load(d_rows[:, None] + (offs_m * sdc)[None, :], mask=mask_r[:, None] & mask_m[None, :],
+                    other=0.0)  # [BLOCK_K, BLOCK_M]
+        pos1 = p1[:, None] * A1 + (t1 * T1)[None, :] + F1  # [BLOCK_K, BLOCK_N]
+        pos2 = p2[:, None] * A2 + (t2 * T2)[None, :] + F2
+        pos3 = p3[:, None] * A3 + (t3 * T3)[None, :] + F3
+        ok = mask_r[:, None] & mask_n[None, :]
+        ok &= (pos1 >= 0) & (pos1 <= (SG1 - 1) * V1) & (pos1 % V1 == 0)
+        ok &= (pos2 >= 0) & (pos2 <= (SG2 - 1) * V2) & (pos2 % V2 == 0)
+        ok &= (pos3 >= 0) & (pos3 <= (SG3 - 1) * V3) & (pos3 % V3 == 0)
+        s_rows = s_ptr + n * ssn + g * ssg
+        b = tl.load(s_rows[:, None] + (pos1 // V1) * ss1 + (pos2 // V2) * ss2 + (pos3 // V3) * ss3
+                    + (c * ssc)[None, :], mask=ok, other=0.0)
+        acc = _dot(tl.trans(a), b, acc, PRECISION, UPCAST)
+
+    out = out_ptr + split * sos + g * sog
+    cols = t1 * so1 + t2 * so2 + t3 * so3 + c * son
+    tl.store(out + (offs_m * som)[:, None] + cols[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
