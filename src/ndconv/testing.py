@@ -84,14 +84,15 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "
         raise AssertionError(f"{what}: {report}")
 
 
-def random_operands(p: ConvProblem, generator: torch.Generator | None = None, device=None):
-    """Fresh random natural operands of pass ``p``; the second is scaled by 1/sqrt(reduction)
-    so that results are O(1). Drawn in float32 on the CPU, then cast and moved."""
-    device = device or p.device
+def random_operands(p: ConvProblem, seed: int = 0, device=None):
+    """Fresh random natural operands of pass ``p``, drawn on ``device`` (default the problem's);
+    the second is scaled by 1/sqrt(reduction) so that results are O(1)."""
+    device = torch.device(device or p.device)
+    g = torch.Generator(device=device).manual_seed(seed)
     a_shape, b_shape = p.operand_shapes
-    a = torch.randn(a_shape, generator=generator)
-    b = torch.randn(b_shape, generator=generator) / math.sqrt(max(1, p.gemm_mnk[2]))
-    return a.to(device=device, dtype=p.dtype), b.to(device=device, dtype=p.dtype)
+    a = torch.randn(a_shape, generator=g, device=device)
+    b = torch.randn(b_shape, generator=g, device=device) / math.sqrt(max(1, p.gemm_mnk[2]))
+    return a.to(p.dtype), b.to(p.dtype)
 
 
 def run_algorithm(name: str, p: ConvProblem, a: torch.Tensor, b: torch.Tensor, config=None):
@@ -114,7 +115,7 @@ def reference_result(p: ConvProblem, a: torch.Tensor, b: torch.Tensor) -> torch.
 def check(name: str, p: ConvProblem, seed: int = 0, config=None) -> Report:
     """Algorithm ``name`` (with ``config``, default its own) against the reference on fresh
     random operands of ``p``."""
-    a, b = random_operands(p, torch.Generator().manual_seed(seed))
+    a, b = random_operands(p, seed)
     return compare(run_algorithm(name, p, a, b, config), reference_result(p, a, b), tolerance(p))
 
 

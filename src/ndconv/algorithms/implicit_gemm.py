@@ -77,18 +77,31 @@ def default_config(p) -> Config:
     return Config(block_m, block_n, block_k, warps, 3 if half else 2, packed)
 
 
+# Tile shapes worth trying (block_m, block_n, block_k, warps, stages), most promising first.
+_TILES = (
+    (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 4, 4), (128, 64, 64, 8, 3),
+    (64, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 64, 64, 4, 4),
+    (128, 128, 32, 8, 4), (64, 64, 32, 4, 3), (128, 32, 64, 4, 4), (64, 32, 32, 4, 3),
+)
+
+
 def configs(p) -> list[Config]:
-    """The search space for autotuning, pruned by the problem's sizes."""
+    """The search space for autotuning (the default first), pruned by the problem's sizes."""
     base = default_config(p)
     out = [base]
-    for bm in (64, 128):
-        for bn in (32, 64, 128, 256):
-            for bk in (32, 64):
-                for warps in (4, 8):
-                    for stages in (2, 3, 4):
-                        c = Config(bm, bn, bk, warps, stages, base.packed)
-                        if c != base and bn <= max(32, 2 * base.block_n) and bm * bn * bk <= 128 * 256 * 64:
-                            out.append(c)
+    if p.pass_ == "wgrad":
+        rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch
+        for bm, bn, bk, warps, stages in _TILES:
+            for split in (0, 2 * max(1, base.split_k)):
+                c = Config(bm, bn, bk, warps, stages, False, split)
+                if bm <= max(16, 2 * rows_of_dw) and c not in out:
+                    out.append(c)
+        return out
+    N = p.gemm_mnk[1]
+    for bm, bn, bk, warps, stages in _TILES:
+        c = Config(bm, bn, bk, warps, stages, base.packed)
+        if bn <= max(32, 2 * N) and c not in out:
+            out.append(c)
     return out
 
 

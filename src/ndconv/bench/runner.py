@@ -36,8 +36,7 @@ def _pass_problem(p: ConvProblem, pass_: str) -> ConvProblem:
 def _operand_sets(q: ConvProblem, device: str, l2_bytes: int, seed: int):
     """Enough independent operand sets that cycling through them defeats the L2 cache."""
     count = 1 if device != "cuda" else max(1, min(16, math.ceil(3 * l2_bytes / max(1, q.min_bytes))))
-    g = torch.Generator().manual_seed(seed)
-    return [testing.random_operands(q, g, device=device) for _ in range(count)]
+    return [testing.random_operands(q, seed + i, device=device) for i in range(count)]
 
 
 def _reference_slice(q: ConvProblem, a, b, device: str):
