@@ -27,7 +27,7 @@ def test_other_configs(case, pass_):
 def test_config_space_is_pruned_and_contains_the_default():
     p = testing.CASES[6].problem(device=DEVICE)  # O = 4: no wide tiles
     space = implicit_gemm.configs(p)
-    assert space[0] == implicit_gemm.default_config(p) and len(space) == len(set(space)) >= 4
+    assert space[0] == implicit_gemm.default_config(p) and len(space) == len(set(space)) >= 3
     assert all(c.block_n <= 32 for c in space[1:])
     wide = implicit_gemm.configs(testing.Case("wide", (1, 8, 8, 64), (256, 3, 3, 64), {}).problem(device=DEVICE))
     assert len(wide) > len(space) and any(c.block_n == 256 for c in wide)
