@@ -120,7 +120,8 @@ class _Conv:
         def dgrad_prepare(dy, w):
             wt = self.weight(w)
             x_meta = self.pre(torch.empty(p.x_shape, device="meta", dtype=dy.dtype))
-            x_like = torch.empty(x_meta.shape, device=dy.device, dtype=dy.dtype)  # shape only
+            x_like = torch.empty(x_meta.shape, device=dy.device, dtype=dy.dtype,  # shape and layout only
+                                 memory_format=_memory_format(x_meta.dim()))
             return channels_first(dy), wt, x_like, self._out_shape(x_like, wt)
 
         def wgrad_prepare(x, dy):
