@@ -29,9 +29,11 @@ def check_pass(name, q, seed=0):
     return testing.compare(take(out), ref, testing.tolerance(q)), where
 
 
-def suite_checks(names, dtypes, log):
+def suite_checks(names, dtypes, log, only=None):
     rows = []
     for case in suites.load_suite("public"):
+        if only and case.name not in only:
+            continue
         for dtype in dtypes:
             spec = dict(case.spec, dtype=dtype)
             p = suites.BenchCase(case.name, case.model, spec).problem("cuda")
@@ -119,6 +121,9 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--algorithms", nargs="+", default=[n for n in REGISTRY if n not in ("reference", "gemm")])
     parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--skip-tiny", action="store_true")
+    parser.add_argument("--cases", nargs="+", help="public-suite cases to check (default: all)")
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "float32"])
     args = parser.parse_args()
     out = Path(args.out)
     lines = []
@@ -129,12 +134,11 @@ def main():
 
     props = torch.cuda.get_device_properties(0)
     log(f"{props.name}, torch {torch.__version__}, date {time.strftime('%Y-%m-%d')}")
-    result = {"tiny": tiny_checks(args.algorithms, log),
-              "suite": suite_checks(args.algorithms, ["float16", "float32"], log)}
-    if not args.skip_large:
-        for name in args.algorithms:
-            if name == "implicit_gemm":
-                result["large"] = large_check(name, log)
+    result = {}
+    if not args.skip_large and "implicit_gemm" in args.algorithms:
+        result["large"] = large_check("implicit_gemm", log)
+    result["tiny"] = [] if args.skip_tiny else tiny_checks(args.algorithms, log)
+    result["suite"] = suite_checks(args.algorithms, args.dtypes, log, args.cases)
     result["kernels"] = compiled_kernels(log)
     failures = [r for r in result["tiny"] + result["suite"] if not r["ok"]]
     if "large" in result and not (result["large"]["fwd_ok"] and result["large"]["wgrad_ok"]):

@@ -65,13 +65,12 @@ def default_config(p) -> Config:
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
         block_m = _pow2_at_least(rows_of_dw, 16, 128)
-        block_n = 128 if half else 64
-        warps = 8 if block_m * block_n >= 128 * 128 else 4
-        return Config(block_m, block_n, 64 if half else 32, warps, 3)
-    M, N, _ = p.gemm_mnk
+        block_n = (128 if block_m <= 64 else 64) if half else 64
+        return Config(block_m, block_n, 64 if half else 32, 4, 4 if half else 3)
+    M, N, K = p.gemm_mnk
     packed = p.c_per_group < 16
     block_n = _pow2_at_least(N, 16, 128 if half else 64)
-    block_m = 128 if M >= 4096 else 64
+    block_m = 256 if half and block_n == 128 and K >= 1024 and M >= 65536 else 128 if M >= 4096 else 64
     block_k = 32 if packed else min(64 if half else 32, _pow2_at_least(p.c_per_group, 16, 64))
     warps = 8 if block_m * block_n >= 128 * 128 else 4
     return Config(block_m, block_n, block_k, warps, 3 if half else 2, packed)
@@ -92,10 +91,9 @@ def configs(p) -> list[Config]:
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch
         for bm, bn, bk, warps, stages in _TILES:
-            for split in (0, 2 * max(1, base.split_k)):
-                c = Config(bm, bn, bk, warps, stages, False, split)
-                if bm <= max(16, 2 * rows_of_dw) and c not in out:
-                    out.append(c)
+            c = Config(bm, bn, bk, warps, stages)
+            if bm <= max(16, 2 * rows_of_dw) and c not in out:
+                out.append(c)
         return out
     N = p.gemm_mnk[1]
     for bm, bn, bk, warps, stages in _TILES:
@@ -154,7 +152,7 @@ def run(p, x, w, out, config: Config | None = None):
     rows = p.batch * math.prod(-(-so // pj) for so, pj in zip(SO, PJ))
     G, Cg, Og = p.groups, p.c_per_group, p.o_per_group
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    grid = (triton_cdiv(rows, config.block_m), triton_cdiv(Og, config.block_n), G * nphase)
+    grid = (triton_cdiv(rows, config.block_m) * triton_cdiv(Og, config.block_n), G * nphase)
     conv_fwd_kernel[grid](
         x, w, out,
         p.batch, Cg, Og, nphase,
@@ -198,7 +196,9 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     taps = math.prod(kernel)
     rows = N * math.prod(rows_spatial)
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    base_programs = triton_cdiv(MD, bm) * triton_cdiv(taps * ND, bn) * G
+    tapwise = ND >= 16  # column tiles within one tap: index math per row, not per element
+    n_tiles = taps * triton_cdiv(ND, bn) if tapwise else triton_cdiv(taps * ND, bn)
+    base_programs = triton_cdiv(MD, bm) * n_tiles * G
     split = config.split_k or max(1, min(4 * _sm_count(x.device) // base_programs, triton_cdiv(rows, 8 * bk)))
     rows_per_split = triton_cdiv(triton_cdiv(rows, split), bk) * bk
     split = triton_cdiv(rows, rows_per_split)
@@ -210,7 +210,7 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
         st = target.stride()
         so = (st[0], st[1], st[2], *_spatial_strides(target, 3, D), st[-1])
     sd, ss = dense.stride(), gathered.stride()
-    grid = (triton_cdiv(MD, bm), triton_cdiv(taps * ND, bn), G * split)
+    grid = (triton_cdiv(MD, bm), n_tiles, G * split)
     conv_wgrad_kernel[grid](
         dense, gathered, target,
         rows_per_split, N, MD, ND, split,
@@ -219,7 +219,8 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
         sd[0], *_spatial_strides(dense, 1, D), sd[-2], sd[-1],
         ss[0], *_spatial_strides(gathered, 1, D), ss[-2], ss[-1],
         *so,
-        INT64=_needs_int64(dense, gathered, target), PRECISION=_precision(p), UPCAST=INTERPRET,
+        TAPWISE=tapwise, DENSE=all(v == 1 for v in V), INT64=_needs_int64(dense, gathered, target),
+        PRECISION=_precision(p), UPCAST=INTERPRET,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:

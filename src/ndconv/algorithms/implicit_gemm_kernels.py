@@ -48,9 +48,12 @@ def conv_fwd_kernel(
 ):
     """y[n, j, g, o] = sum_{t, c} x[n, (j*st + t'*kd - lo) / idil, g, c] * w[g, o, t, c], over
     the taps t whose input position is a real element: one output phase per program (grid z)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_z = tl.program_id(2)
+    # grid axis 0 = (m tile, n tile) with n fastest, so the output-channel tiles that share an
+    # input tile run together and read it from L2; axis 1 = (group, phase)
+    n_tiles = tl.cdiv(OG, BLOCK_N)
+    pid_m = tl.program_id(0) // n_tiles
+    pid_n = tl.program_id(0) % n_tiles
+    pid_z = tl.program_id(1)
     g = pid_z // NPHASE
     phase = pid_z % NPHASE
     r3 = phase % PJ3
@@ -112,14 +115,14 @@ def conv_fwd_kernel(
                         mask=mask_k[:, None] & mask_n[None, :], other=0.0)
             acc = _dot(a, b, acc, PRECISION, UPCAST)
     else:  # one tap at a time, channels in BLOCK_K chunks: contiguous, vectorised loads
-        chunks = tl.cdiv(CG, BLOCK_K)
-        for kk in range(0, taps * chunks):
-            tap = kk // chunks
-            offs_c = (kk % chunks) * BLOCK_K + tl.arange(0, BLOCK_K)
+        # the tap (u1, u2, u3) and channel chunk c0 advance as counters: no division in the loop
+        u1 = pid_z * 0
+        u2 = u1
+        u3 = u1
+        c0 = u1
+        for kk in range(0, taps * tl.cdiv(CG, BLOCK_K)):
+            offs_c = c0 + tl.arange(0, BLOCK_K)
             mask_c = offs_c < CG
-            u3 = tap % NT3
-            u2 = (tap // NT3) % NT2
-            u1 = tap // (NT3 * NT2)
             ii1 = i1 + u1 * US1
             ii2 = i2 + u2 * US2
             ii3 = i3 + u3 * US3
@@ -136,6 +139,16 @@ def conv_fwd_kernel(
             b = tl.load(w_cols[None, :] + t1 * sw1 + t2 * sw2 + t3 * sw3 + (offs_c * swc)[:, None],
                         mask=mask_c[:, None] & mask_n[None, :], other=0.0)
             acc = _dot(a, b, acc, PRECISION, UPCAST)
+            c0 += BLOCK_K
+            next_tap = c0 >= CG
+            c0 = tl.where(next_tap, 0, c0)
+            u3 = tl.where(next_tap, u3 + 1, u3)
+            carry = u3 >= NT3
+            u3 = tl.where(carry, 0, u3)
+            u2 = tl.where(carry, u2 + 1, u2)
+            carry = u2 >= NT2
+            u2 = tl.where(carry, 0, u2)
+            u1 = tl.where(carry, u1 + 1, u1)
 
     j1 = r1 + PJ1 * q1
     j2 = r2 + PJ2 * q2
@@ -154,12 +167,15 @@ def conv_wgrad_kernel(
     sdn, sd1, sd2, sd3, sdg, sdc,
     ssn, ss1, ss2, ss3, ssg, ssc,
     sos, sog, som, so1, so2, so3, son,
-    INT64: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    TAPWISE: tl.constexpr, DENSE: tl.constexpr, INT64: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """out[split, g, m, t, c] = sum over rows r = (n, p) of this split of
     dense[n, p, g, m] * gathered[n, (p*A + t*T + F) / V, g, c] (zero unless divisible and inside):
-    the weight gradient as one GEMM per group over the long reduction, split across programs."""
+    the weight gradient as one GEMM per group over the long reduction, split across programs.
+    TAPWISE: each column tile is one tap's channels (index math per row, not per element);
+    DENSE: V == 1 on every axis (no divisibility test)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -170,10 +186,16 @@ def conv_wgrad_kernel(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < MD
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # columns: (tap, channel)
-    mask_n = offs_n < K1 * K2 * K3 * ND
-    tap = offs_n // ND
-    c = offs_n % ND
+    if TAPWISE:
+        chunks = tl.cdiv(ND, BLOCK_N)
+        tap = pid_n // chunks
+        c = (pid_n % chunks) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = c < ND
+    else:  # columns: (tap, channel) pairs
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < K1 * K2 * K3 * ND
+        tap = offs_n // ND
+        c = offs_n % ND
     t3 = tap % K3
     t2 = (tap // K3) % K2
     t1 = tap // (K3 * K2)
@@ -196,16 +218,32 @@ def conv_wgrad_kernel(
         d_rows = d_ptr + n * sdn + p1 * sd1 + p2 * sd2 + p3 * sd3 + g * sdg
         a = tl.load(d_rows[:, None] + (offs_m * sdc)[None, :], mask=mask_r[:, None] & mask_m[None, :],
                     other=0.0)  # [BLOCK_K, BLOCK_M]
-        pos1 = p1[:, None] * A1 + (t1 * T1)[None, :] + F1  # [BLOCK_K, BLOCK_N]
-        pos2 = p2[:, None] * A2 + (t2 * T2)[None, :] + F2
-        pos3 = p3[:, None] * A3 + (t3 * T3)[None, :] + F3
-        ok = mask_r[:, None] & mask_n[None, :]
-        ok &= (pos1 >= 0) & (pos1 <= (SG1 - 1) * V1) & (pos1 % V1 == 0)
-        ok &= (pos2 >= 0) & (pos2 <= (SG2 - 1) * V2) & (pos2 % V2 == 0)
-        ok &= (pos3 >= 0) & (pos3 <= (SG3 - 1) * V3) & (pos3 % V3 == 0)
         s_rows = s_ptr + n * ssn + g * ssg
-        b = tl.load(s_rows[:, None] + (pos1 // V1) * ss1 + (pos2 // V2) * ss2 + (pos3 // V3) * ss3
-                    + (c * ssc)[None, :], mask=ok, other=0.0)
+        if TAPWISE:
+            pos1 = p1 * A1 + (t1 * T1 + F1)  # [BLOCK_K]
+            pos2 = p2 * A2 + (t2 * T2 + F2)
+            pos3 = p3 * A3 + (t3 * T3 + F3)
+            ok = mask_r
+        else:
+            pos1 = p1[:, None] * A1 + (t1 * T1)[None, :] + F1  # [BLOCK_K, BLOCK_N]
+            pos2 = p2[:, None] * A2 + (t2 * T2)[None, :] + F2
+            pos3 = p3[:, None] * A3 + (t3 * T3)[None, :] + F3
+            ok = mask_r[:, None] & mask_n[None, :]
+        if DENSE:
+            ok &= (pos1 >= 0) & (pos1 < SG1) & (pos2 >= 0) & (pos2 < SG2) & (pos3 >= 0) & (pos3 < SG3)
+        else:
+            ok &= (pos1 >= 0) & (pos1 <= (SG1 - 1) * V1) & (pos1 % V1 == 0)
+            ok &= (pos2 >= 0) & (pos2 <= (SG2 - 1) * V2) & (pos2 % V2 == 0)
+            ok &= (pos3 >= 0) & (pos3 <= (SG3 - 1) * V3) & (pos3 % V3 == 0)
+            pos1 = pos1 // V1
+            pos2 = pos2 // V2
+            pos3 = pos3 // V3
+        if TAPWISE:
+            b = tl.load((s_rows + pos1 * ss1 + pos2 * ss2 + pos3 * ss3)[:, None] + (c * ssc)[None, :],
+                        mask=ok[:, None] & mask_n[None, :], other=0.0)
+        else:
+            b = tl.load(s_rows[:, None] + pos1 * ss1 + pos2 * ss2 + pos3 * ss3 + (c * ssc)[None, :],
+                        mask=ok, other=0.0)
         acc = _dot(tl.trans(a), b, acc, PRECISION, UPCAST)
 
     out = out_ptr + split * sos + g * sog
