@@ -40,6 +40,7 @@ class Config:
     num_stages: int
     packed: bool = False  # reduction over (tap, channel) pairs (small channel counts)
     split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
+    tapwise: bool = True  # weight gradient: column tiles within one tap (else (tap, channel) pairs)
 
 
 def supports(p):
@@ -64,9 +65,13 @@ def default_config(p) -> Config:
     half = p.dtype != torch.float32
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
+        cols_per_tap = p.batch if _gathers_input(p) else p.o_per_group  # C/g, or O/g
         block_m = _pow2_at_least(rows_of_dw, 16, 128)
-        block_n = (128 if block_m <= 64 else 64) if half else 64
-        return Config(block_m, block_n, 64 if half else 32, 4, 4 if half else 3)
+        tapwise = cols_per_tap >= 64  # full column tiles within a tap
+        block_n = min(128, _pow2_at_least(cols_per_tap, 16, 128)) if tapwise else 128
+        if not half:
+            block_n = min(block_n, 64)
+        return Config(block_m, block_n, 64 if half else 32, 4, 4 if half else 3, tapwise=tapwise)
     M, N, K = p.gemm_mnk
     packed = p.c_per_group < 16
     block_n = _pow2_at_least(N, 16, 128 if half else 64)
@@ -91,9 +96,10 @@ def configs(p) -> list[Config]:
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch
         for bm, bn, bk, warps, stages in _TILES:
-            c = Config(bm, bn, bk, warps, stages)
-            if bm <= max(16, 2 * rows_of_dw) and c not in out:
-                out.append(c)
+            for tapwise in (True, False):
+                c = Config(bm, bn, bk, warps, stages, tapwise=tapwise)
+                if bm <= max(16, 2 * rows_of_dw) and c not in out:
+                    out.append(c)
         return out
     N = p.gemm_mnk[1]
     for bm, bn, bk, warps, stages in _TILES:
@@ -196,7 +202,7 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     taps = math.prod(kernel)
     rows = N * math.prod(rows_spatial)
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    tapwise = ND >= 16  # column tiles within one tap: index math per row, not per element
+    tapwise = config.tapwise and ND >= 16  # column tiles within one tap: index math per row
     n_tiles = taps * triton_cdiv(ND, bn) if tapwise else triton_cdiv(taps * ND, bn)
     base_programs = triton_cdiv(MD, bm) * n_tiles * G
     split = config.split_k or max(1, min(4 * _sm_count(x.device) // base_programs, triton_cdiv(rows, 8 * bk)))

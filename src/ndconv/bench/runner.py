@@ -106,7 +106,7 @@ def _measure(fn, prepared_sets, check, device):
         return {"wrong": str(report), "max_rel_err": report.max_rel_err}
     t = time_fn(fn, prepared_sets, device)
     return {"ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "repeats": t.repeats,
-            "max_rel_err": report.max_rel_err}
+            "host_us": t.host_us, "max_rel_err": report.max_rel_err}
 
 
 def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, algorithms, l2_bytes: int,

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
-# A GPU-side spin enqueued before each timed call, so the host runs ahead of the GPU and launch
-# overhead stays out of the measured interval (about 50 us on a 2 GHz GPU).
-_SPIN_CYCLES = 100_000
+# Before each timed call a GPU-side spin, longer than the call's host time, lets the host run
+# ahead so that launch overhead stays out of the measured interval (GPU time only; the host time
+# per call is reported separately). Cycles per second of the spin (an approximate SM clock):
+_SPIN_HZ = 2.0e9
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Timing:
     p20_ms: float
     p80_ms: float
     repeats: int
+    host_us: float  # host time to issue one call (median)
 
 
 def time_fn(fn, arg_sets, device: str, budget_s: float = 0.25, max_repeats: int = 200) -> Timing:
@@ -33,12 +35,20 @@ def time_fn(fn, arg_sets, device: str, budget_s: float = 0.25, max_repeats: int 
     sync()
     estimate = max(time.perf_counter() - start, 1e-6)
     repeats = int(min(max_repeats, max(5, budget_s / estimate)))
+    host = []
+    for args in arg_sets[:3]:
+        t0 = time.perf_counter()
+        fn(*args)
+        host.append(time.perf_counter() - t0)
+    host_s = statistics.median(host)
+    sync()
+    spin = int((2 * host_s + 20e-6) * _SPIN_HZ)
     times = []
     for i in range(repeats):
         args = arg_sets[i % len(arg_sets)]
         if cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(_SPIN_CYCLES)
+            torch.cuda._sleep(spin)
             begin.record()
             fn(*args)
             end.record()
@@ -51,7 +61,7 @@ def time_fn(fn, arg_sets, device: str, budget_s: float = 0.25, max_repeats: int 
         torch.cuda.synchronize()
         times = [b.elapsed_time(e) for b, e in times]
     q = statistics.quantiles(times, n=5) if len(times) > 1 else times * 4
-    return Timing(statistics.median(times), q[0], q[3], repeats)
+    return Timing(statistics.median(times), q[0], q[3], repeats, host_s * 1e6)
 
 
 @dataclass(frozen=True)
