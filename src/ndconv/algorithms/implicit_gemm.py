@@ -61,7 +61,9 @@ def _pow2_at_least(n: int, lo: int, hi: int) -> int:
 
 
 def default_config(p) -> Config:
-    """Tile shapes by the problem's shape class (Hopper: bf16 peaks with 128x128x64 tiles)."""
+    """Tile shapes by the problem's shape class, set from tools/tune.py runs on the H200 (bf16:
+    docs/PERFORMANCE.md): the widest output-channel tile the problem fills, 8 warps from 128x64
+    up, a 256-row tile only for long reductions over many rows."""
     half = p.dtype != torch.float32
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
@@ -71,14 +73,22 @@ def default_config(p) -> Config:
         block_n = min(128, _pow2_at_least(cols_per_tap, 16, 128)) if tapwise else 128
         if not half:
             block_n = min(block_n, 64)
-        return Config(block_m, block_n, 64 if half else 32, 4, 4 if half else 3, tapwise=tapwise)
+        warps = 8 if block_m * block_n >= 128 * 64 else 4
+        return Config(block_m, block_n, 64 if half else 32, warps, 3 if warps == 8 else 4, tapwise=tapwise)
     M, N, K = p.gemm_mnk
     packed = p.c_per_group < 16
-    block_n = _pow2_at_least(N, 16, 128 if half else 64)
-    block_m = 256 if half and block_n == 128 and K >= 1024 and M >= 65536 else 128 if M >= 4096 else 64
-    block_k = 32 if packed else min(64 if half else 32, _pow2_at_least(p.c_per_group, 16, 64))
-    warps = 8 if block_m * block_n >= 128 * 128 else 4
-    return Config(block_m, block_n, block_k, warps, 3 if half else 2, packed)
+    # the widest output-channel tile that wastes at most a quarter of the columns it covers
+    block_n = next(bn for bn in (256, 128, 64, 32, 16) if bn <= (256 if half else 64) and
+                   (bn == 16 or -(-N // bn) * bn <= 1.25 * N))
+    if block_n == 128 and half and K >= 1024 and M >= 65536:
+        block_m = 256
+    else:
+        block_m = 128 if M >= 4096 else 64
+    short = K <= 128 and not packed  # few reduction steps: smaller steps, deeper pipeline
+    block_k = 32 if packed or short or not half else min(64, _pow2_at_least(p.c_per_group, 16, 64))
+    warps = 8 if block_m * block_n >= 128 * 64 else 4
+    stages = 4 if short else 3 if half else 2
+    return Config(block_m, block_n, block_k, warps, stages, packed)
 
 
 # Tile shapes worth trying (block_m, block_n, block_k, warps, stages), most promising first.
