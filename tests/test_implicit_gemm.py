@@ -74,3 +74,15 @@ def test_gpu_is_the_default_there():
         assert planner.plan(p).name == "implicit_gemm"
     else:
         assert planner.PREFERENCE["cuda"][0] == "implicit_gemm"
+
+
+def test_phases_of_an_input_dilated_problem():
+    """dgrad of a stride-2, dilation-2 conv: odd outputs see no tap (they are zero) and even
+    outputs read every tap; the table holds only the phases with taps."""
+    p = next(c for c in testing.CASES if c.name == "1d_s2_kdil2").problem().dgrad()
+    axes = tuple(zip((1, 1, *p.out_spatial), (1, 1, *p.kernel), (1, 1, *p.stride), (1, 1, *p.kernel_dilation),
+                     (1, 1, *p.input_dilation), (0, 0, *p.padding_lo)))
+    table, rows, empty = implicit_gemm._phases(axes, "cpu")
+    assert empty == ((2, 1),)
+    assert table.tolist() == [[0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 7, -1, 0, 3]]  # r, count, base, t0, taps
+    assert rows == 7

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -157,22 +158,26 @@ def run(p, x, w, out, config: Config | None = None):
     from .implicit_gemm_kernels import conv_fwd_kernel
 
     D = p.ndim
-    S, SO, K = _pad3(p.in_spatial, 1), _pad3(p.out_spatial, 1), _pad3(p.kernel, 1)
+    S, K = _pad3(p.in_spatial, 1), _pad3(p.kernel, 1)
     ST, KD, ID = _pad3(p.stride, 1), _pad3(p.kernel_dilation, 1), _pad3(p.input_dilation, 1)
-    LO = _pad3(p.padding_lo, 0)
     PJ = tuple(math.lcm(s, i) // s for s, i in zip(ST, ID))  # output phase period
     PT = tuple(math.lcm(k, i) // k for k, i in zip(KD, ID))  # tap period within a phase
     QS = tuple(math.lcm(s, i) // i for s, i in zip(ST, ID))  # input step per phase row
     US = tuple(math.lcm(k, i) // i for k, i in zip(KD, ID))  # input step per phase tap
-    nphase = math.prod(PJ)
-    rows = p.batch * math.prod(-(-so // pj) for so, pj in zip(SO, PJ))
+    axes = tuple(zip(_pad3(p.out_spatial, 1), K, ST, KD, ID, _pad3(p.padding_lo, 0)))
+    table, rows, empty = _phases(axes, str(x.device))
+    for d, r in empty:  # outputs that no tap reaches are zero
+        out[(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, PJ[d]),)].zero_()
+    if table is None:
+        return
     G, Cg, Og = p.groups, p.c_per_group, p.o_per_group
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    grid = (triton_cdiv(rows, config.block_m) * triton_cdiv(Og, config.block_n), G * nphase)
+    nphase = table.shape[0]
+    grid = (triton_cdiv(p.batch * rows, config.block_m) * triton_cdiv(Og, config.block_n), G * nphase)
     conv_fwd_kernel[grid](
-        x, w, out,
+        x, w, out, table,
         p.batch, Cg, Og, nphase,
-        *S, *SO, *K, *ST, *KD, *ID, *LO, *PJ, *PT, *QS, *US,
+        *S, *K, *PJ, *PT, *QS, *US,
         sx[0], *_spatial_strides(x, 1, D), sx[-2], sx[-1],
         sw[0], sw[1], *_spatial_strides(w, 2, D), sw[-1],
         sy[0], *_spatial_strides(out, 1, D), sy[-2], sy[-1],
@@ -181,6 +186,35 @@ def run(p, x, w, out, config: Config | None = None):
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+
+
+@lru_cache(maxsize=1024)
+def _phases(axes, device: str):
+    """The output phases of a problem, computed exactly on the host.
+
+    ``axes``: per axis (S_out, K, stride, kdil, idil, lo). Per axis, output j = r + P*q (P =
+    lcm(stride, idil)/stride) reads input (j*stride + t'*kdil - lo)/idil through the read-order
+    taps t' = t0 + T*u (T = lcm(kdil, idil)/kdil) for which that is an integer. Returns the
+    device table of non-empty phases (one row per combination of per-axis phases: (r, count,
+    base, t0, taps) per axis), the most output rows any of them has, and the (axis, r) phases
+    that no tap reaches (their outputs are zero)."""
+    per_axis, empty = [], []
+    for d, (so, k, st, kd, idil, lo) in enumerate(axes):
+        pj, pt = math.lcm(st, idil) // st, math.lcm(kd, idil) // kd
+        phases = []
+        for r in range(min(pj, so)):
+            t0 = next((t for t in range(min(pt, k)) if (r * st + t * kd - lo) % idil == 0), None)
+            if t0 is None:
+                empty.append((d, r))
+                continue
+            count = -(-(so - r) // pj)
+            phases.append((r, count, (r * st + t0 * kd - lo) // idil, t0, -(-(k - t0) // pt)))
+        per_axis.append(phases)
+    rows = [list(a) + list(b) + list(c) for a in per_axis[0] for b in per_axis[1] for c in per_axis[2]]
+    if not rows:
+        return None, 0, tuple(empty)
+    most = max(r[1] * r[6] * r[11] for r in rows)
+    return torch.tensor(rows, dtype=torch.int32, device=device), most, tuple(empty)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -18,26 +18,10 @@ def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _phase(r, so, k, st, kd, idil, lo, pj, pt):
-    """Output phase ``r`` of one axis: output j = r + pj*q for q < count reads input
-    index base + q*(lcm(st, idil)/idil) + u*(lcm(kd, idil)/idil) through the read-order taps
-    t' = t0 + pt*u, u < taps; taps = 0 when no tap of this phase lands on a real input element."""
-    t0 = pt
-    for t in range(0, pt):
-        hit = ((r * st + t * kd - lo) % idil) == 0
-        t0 = tl.where(hit & (t < t0), t, t0)
-    taps = tl.where((t0 < pt) & (t0 < k), (k - t0 + pt - 1) // pt, 0)  # t0 == pt: no tap hits
-    count = (so - r + pj - 1) // pj
-    base = (r * st + t0 * kd - lo) // idil  # exact whenever taps > 0
-    return count, base, t0, taps
-
-
-@triton.jit
 def conv_fwd_kernel(
-    x_ptr, w_ptr, y_ptr,
+    x_ptr, w_ptr, y_ptr, phase_ptr,
     N, CG, OG, NPHASE,
-    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
-    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    S1, S2, S3, K1, K2, K3,
     PJ1, PJ2, PJ3, PT1, PT2, PT3, QS1, QS2, QS3, US1, US2, US3,
     sxn, sx1, sx2, sx3, sxg, sxc,
     swg, swo, sw1, sw2, sw3, swc,
@@ -47,7 +31,11 @@ def conv_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """y[n, j, g, o] = sum_{t, c} x[n, (j*st + t'*kd - lo) / idil, g, c] * w[g, o, t, c], over
-    the taps t whose input position is a real element: one output phase per program (grid z)."""
+    the taps t whose input position is a real element: one output phase per program (grid axis 1).
+
+    ``phase_ptr`` holds per non-empty phase and axis (r, count, base, t0, taps): output
+    j = r + PJ*q for q < count reads input base + q*QS + u*US through read-order taps
+    t' = t0 + PT*u, u < taps."""
     # grid axis 0 = (m tile, n tile) with n fastest, so the output-channel tiles that share an
     # input tile run together and read it from L2; axis 1 = (group, phase)
     n_tiles = tl.cdiv(OG, BLOCK_N)
@@ -55,19 +43,15 @@ def conv_fwd_kernel(
     pid_n = tl.program_id(0) % n_tiles
     pid_z = tl.program_id(1)
     g = pid_z // NPHASE
-    phase = pid_z % NPHASE
-    r3 = phase % PJ3
-    r2 = (phase // PJ3) % PJ2
-    r1 = phase // (PJ3 * PJ2)
-    Q1, B1, T01, NT1 = _phase(r1, SO1, K1, ST1, KD1, ID1, LO1, PJ1, PT1)
-    Q2, B2, T02, NT2 = _phase(r2, SO2, K2, ST2, KD2, ID2, LO2, PJ2, PT2)
-    Q3, B3, T03, NT3 = _phase(r3, SO3, K3, ST3, KD3, ID3, LO3, PJ3, PT3)
+    phase = phase_ptr + (pid_z % NPHASE) * 15
+    r1, Q1, B1, T01, NT1 = tl.load(phase), tl.load(phase + 1), tl.load(phase + 2), tl.load(phase + 3), tl.load(phase + 4)
+    r2, Q2, B2, T02, NT2 = tl.load(phase + 5), tl.load(phase + 6), tl.load(phase + 7), tl.load(phase + 8), tl.load(phase + 9)
+    r3, Q3, B3, T03, NT3 = tl.load(phase + 10), tl.load(phase + 11), tl.load(phase + 12), tl.load(phase + 13), tl.load(phase + 14)
     m_total = N * Q1 * Q2 * Q3
     taps = tl.where(pid_m * BLOCK_M < m_total, NT1 * NT2 * NT3, 0)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows of this phase: (n, q1, q2, q3)
     mask_m = offs_m < m_total
-    Q1, Q2, Q3 = tl.maximum(Q1, 1), tl.maximum(Q2, 1), tl.maximum(Q3, 1)  # empty phases: no rows
     q3 = offs_m % Q3
     rest = offs_m // Q3
     q2 = rest % Q2
