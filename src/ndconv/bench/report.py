@@ -35,8 +35,8 @@ def table(result) -> Table:
     where = env.get("gpu") or env.get("cpu") or env["device"]
     roof = result["roofline"]
     title = (f"ndconv bench on {where}: times in ms (median), speed-up = PyTorch baseline / ndconv; "
-             f"floor from {', '.join(f'{k} {v:.0f}' for k, v in roof['peak_tflops'].items())} TFLOP/s, "
-             f"{roof['bandwidth_gbs']:.0f} GB/s")
+             f"floor from {', '.join(f'{k} {v:.3g}' for k, v in roof['peak_tflops'].items())} TFLOP/s, "
+             f"{roof['bandwidth_gbs']:.3g} GB/s")
     t = Table(title=title, title_justify="left")
     for col in ("case", "pass", "floor", "PyTorch", "best ndconv", "speed-up", "x floor", "TFLOP/s", "GB/s",
                 "planner", "planner speed-up", "notes"):
@@ -52,7 +52,7 @@ def table(result) -> Table:
             f"{_ms(base[1])} ({base[0]})" if base else "-",
             f"{_ms(best[1])} {best[0]}" if best else "-",
             _ratio(r["speedup"]), _ratio(r["best_vs_floor"]),
-            f"{r.get('best_tflops', 0):.1f}" if best else "-", f"{r.get('best_gbs', 0):.0f}" if best else "-",
+            f"{r.get('best_tflops', 0):.3g}" if best else "-", f"{r.get('best_gbs', 0):.3g}" if best else "-",
             f"{_ms(r['planner'].get('ms'))} {r['planner_algorithm']}", _ratio(r["planner_speedup"]),
             "; ".join(notes),
         )

@@ -83,7 +83,7 @@ def measure_roofline(device: str, dtypes=("bfloat16", "float16", "float32", "tf3
     """Matmul peak per dtype (large square products of random data) and device-to-device copy
     bandwidth (bytes read + written), measured once."""
     cuda = device == "cuda"
-    n = 8192 if cuda else 1024
+    n = 8192 if cuda else 2048
     peaks = {}
     for key in dtypes:
         dtype = torch.float32 if key == "tf32" else getattr(torch, key)
