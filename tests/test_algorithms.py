@@ -4,7 +4,7 @@ operands, outputs poisoned with NaN before the call (ndconv.testing.check)."""
 import pytest
 import torch
 from cases import CASE_PARAMS, PASSES, conv_args, for_pass
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from ndconv import testing
@@ -13,19 +13,31 @@ from ndconv.api import make_problem
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton runs in its interpreter on CPUs
 HALF_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
-# Each algorithm covers every problem in these dtypes (the Triton kernels: no float64).
-ALGORITHM_DTYPES = {"gemm": [torch.float64, *HALF_AND_SINGLE], "implicit_gemm": HALF_AND_SINGLE}
+# The dtypes each algorithm runs (the Triton kernels: no float64), and whether it covers every
+# problem (the others must say why they refuse one).
+ALGORITHM_DTYPES = {"gemm": [torch.float64, *HALF_AND_SINGLE], "implicit_gemm": HALF_AND_SINGLE,
+                    "depthwise": HALF_AND_SINGLE}
+COVERS_EVERY_PROBLEM = {"gemm", "implicit_gemm"}
 ALGORITHMS = list(ALGORITHM_DTYPES)
 assert set(ALGORITHMS) == set(REGISTRY) - {"reference"}, "add the new algorithm's dtypes here"
 
 
-@pytest.mark.parametrize(
-    "name,dtype",
-    [(n, d) for n, ds in ALGORITHM_DTYPES.items() for d in ds],
-    ids=lambda v: str(v).removeprefix("torch."),
-)
-@pytest.mark.parametrize("pass_", PASSES)
-@pytest.mark.parametrize("case", CASE_PARAMS)
+def _params():
+    """(case, pass, algorithm, dtype) for every combination the algorithm accepts."""
+    out = []
+    for case_param in CASE_PARAMS:
+        case = case_param.values[0]
+        for pass_ in PASSES:
+            for name, dtypes in ALGORITHM_DTYPES.items():
+                p = for_pass(case.problem(device=DEVICE), pass_)
+                if name in COVERS_EVERY_PROBLEM or REGISTRY[name].supports(p)[0]:
+                    for d in dtypes:
+                        out.append(pytest.param(case, pass_, name, d,
+                                                id=f"{case.name}-{pass_}-{name}-{str(d)[6:]}"))
+    return out
+
+
+@pytest.mark.parametrize("case,pass_,name,dtype", _params())
 def test_algorithm_matches_reference(case, pass_, name, dtype):
     p = for_pass(case.problem(dtype=dtype, device=DEVICE), pass_)
     ok, reason = REGISTRY[name].supports(p)
@@ -34,11 +46,29 @@ def test_algorithm_matches_reference(case, pass_, name, dtype):
     assert report.ok, f"{name} on {p}: {report}"
 
 
+def test_depthwise_takes_small_groups_and_says_why_it_refuses_others():
+    from ndconv.algorithms import depthwise
+
+    taken = refused = 0
+    for case in testing.CASES:
+        p = case.problem(device=DEVICE)
+        for q in (p, p.dgrad(), p.wgrad()):
+            ok, reason = depthwise.supports(q)
+            cg, og = (q.batch, q.o_per_group) if q.pass_ == "wgrad" else (q.c_per_group, q.o_per_group)
+            assert ok == (cg * og <= depthwise.MAX_GROUP_PRODUCT), (q, reason)
+            taken += ok
+            refused += not ok
+            if not ok:
+                assert "tensor cores" in reason
+    assert taken >= 20 and refused >= 20
+
+
 @pytest.mark.parametrize("name", ALGORITHMS)
 @given(drawn=conv_args(), pass_=st.sampled_from(PASSES), seed=st.integers(0, 2**16))
 def test_algorithm_matches_reference_random(name, drawn, pass_, seed):
     x_shape, w_shape, args = drawn
     p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args), pass_)
+    assume(name in COVERS_EVERY_PROBLEM or REGISTRY[name].supports(p)[0])
     report = testing.check(name, p, seed=seed)
     assert report.ok, f"{name} on {p}: {report}"
 

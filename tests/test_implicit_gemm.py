@@ -9,6 +9,7 @@ import ndconv
 from ndconv import testing
 from ndconv.algorithms import implicit_gemm
 from ndconv.algorithms.implicit_gemm import Config
+from ndconv.algorithms.triton_support import needs_int64
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -61,19 +62,22 @@ def test_refuses_float64_with_a_reason():
 def test_needs_int64_detects_large_offsets():
     small = torch.empty(4, 4)
     broadcast = torch.empty(1, 1).expand(2**16, 2**16)  # 2**32 elements, zero strides: small offsets
-    assert not implicit_gemm._needs_int64(small, broadcast)
-    assert not implicit_gemm._needs_int64(torch.empty(2**31, dtype=torch.uint8, device="meta"))
-    assert implicit_gemm._needs_int64(small, torch.empty(2**31 + 1, dtype=torch.uint8, device="meta"))
+    assert not needs_int64(small, broadcast)
+    assert not needs_int64(torch.empty(2**31, dtype=torch.uint8, device="meta"))
+    assert needs_int64(small, torch.empty(2**31 + 1, dtype=torch.uint8, device="meta"))
 
 
-def test_gpu_is_the_default_there():
+def test_gpu_defaults():
+    """On CUDA the direct kernel takes small groups and the implicit GEMM everything else."""
     from ndconv import planner
 
-    p = testing.CASES[6].problem(device="cuda")
+    dense = testing.CASES[6].problem(device="cuda")  # 2d_3x3
+    depthwise = next(c for c in testing.CASES if c.name == "2d_dw3x3").problem(device="cuda")
     if torch.cuda.is_available():
-        assert planner.plan(p).name == "implicit_gemm"
+        assert planner.plan(dense).name == "implicit_gemm"
+        assert planner.plan(depthwise).name == "depthwise"
     else:
-        assert planner.PREFERENCE["cuda"][0] == "implicit_gemm"
+        assert planner.PREFERENCE["cuda"][:2] == ("depthwise", "implicit_gemm")
 
 
 def test_phases_of_an_input_dilated_problem():

@@ -17,9 +17,10 @@ from .problem import ConvProblem
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
 
 # Preference order per device: the first algorithm that supports a problem runs it. On the GPU
-# the Triton implicit GEMM covers every problem in fp16/bf16/fp32; gemm (torch ops) covers the
-# rest and the CPU; the reference is the test oracle (float64, slow) and comes last.
-PREFERENCE = {"cuda": ("implicit_gemm", "gemm", "reference"), "cpu": ("gemm", "reference")}
+# the direct kernel takes depthwise and tiny groups (tensor-core tiles waste almost all their
+# work there), the Triton implicit GEMM every other fp16/bf16/fp32 problem; gemm (torch ops)
+# covers the rest and the CPU; the reference is the test oracle (float64, slow) and comes last.
+PREFERENCE = {"cuda": ("depthwise", "implicit_gemm", "gemm", "reference"), "cpu": ("gemm", "reference")}
 
 
 @dataclass(frozen=True)

@@ -380,6 +380,22 @@ class ConvProblem:
         dw = out.unflatten(0, (G, -1)).permute(D + 2, *(s + 1 for s in spatial), 0, 1)
         return x, dy, dw
 
+    def wgrad_natural(self, x_t: torch.Tensor, dy_t: torch.Tensor, dw_t: torch.Tensor):
+        """For a weight-gradient problem: its grouped views (from ``views``) back in natural
+        grouped layouts, ``x [N, *S, G, C/G]``, ``dy [N, *S_out, G, O/G]``,
+        ``dw [G, O/G, *K, C/G]``, and the forward geometry they belong to as a tuple
+        ``(stride, kernel_dilation, input_dilation, padding_lo, out_spatial, kernel)`` (a kernel
+        that computes the weight gradient directly needs these, not the rewritten problem)."""
+        assert self.pass_ == "wgrad"
+        D = self.ndim
+        spatial = tuple(range(1, D + 1))
+        x = x_t.permute(D + 2, *spatial, D + 1, 0)
+        dy = dy_t.permute(D + 2, *(s + 1 for s in spatial), 0, 1)
+        dw = dw_t.permute(D + 1, D + 2, *spatial, 0)
+        geometry = (self.kernel_dilation, self.stride, self.input_dilation, self.padding_lo,
+                    self.kernel, self.out_spatial)
+        return x, dy, dw, geometry
+
     # ------------------------------------------------------------------ compact encoding
 
     def to_ints(self) -> list[int]:

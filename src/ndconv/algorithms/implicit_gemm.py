@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import torch
 
-from .triton_support import INTERPRET, device_reason
+from .triton_support import INTERPRET, cdiv, device_reason, needs_int64, pad3, spatial_strides
 
 NAME = "implicit_gemm"
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -125,21 +125,6 @@ def _gathers_input(p) -> bool:
     return all(d == 1 for d in p.input_dilation) or any(s > 1 for s in p.kernel_dilation)
 
 
-def _pad3(values, fill):
-    values = tuple(values)
-    return (fill,) * (3 - len(values)) + values
-
-
-def _spatial_strides(t, first: int, count: int):
-    return _pad3(t.stride()[first:first + count], 0)
-
-
-def _needs_int64(*tensors) -> bool:
-    return any(
-        sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) >= 2**31 for t in tensors
-    )
-
-
 def _precision(p) -> str:
     return "tf32" if p.allow_tf32 else "ieee"
 
@@ -158,13 +143,13 @@ def run(p, x, w, out, config: Config | None = None):
     from .implicit_gemm_kernels import conv_fwd_kernel
 
     D = p.ndim
-    S, K = _pad3(p.in_spatial, 1), _pad3(p.kernel, 1)
-    ST, KD, ID = _pad3(p.stride, 1), _pad3(p.kernel_dilation, 1), _pad3(p.input_dilation, 1)
+    S, K = pad3(p.in_spatial, 1), pad3(p.kernel, 1)
+    ST, KD, ID = pad3(p.stride, 1), pad3(p.kernel_dilation, 1), pad3(p.input_dilation, 1)
     PJ = tuple(math.lcm(s, i) // s for s, i in zip(ST, ID))  # output phase period
     PT = tuple(math.lcm(k, i) // k for k, i in zip(KD, ID))  # tap period within a phase
     QS = tuple(math.lcm(s, i) // i for s, i in zip(ST, ID))  # input step per phase row
     US = tuple(math.lcm(k, i) // i for k, i in zip(KD, ID))  # input step per phase tap
-    axes = tuple(zip(_pad3(p.out_spatial, 1), K, ST, KD, ID, _pad3(p.padding_lo, 0)))
+    axes = tuple(zip(pad3(p.out_spatial, 1), K, ST, KD, ID, pad3(p.padding_lo, 0)))
     table, rows, empty = _phases(axes, str(x.device))
     for d, r in empty:  # outputs that no tap reaches are zero
         out[(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, PJ[d]),)].zero_()
@@ -173,15 +158,15 @@ def run(p, x, w, out, config: Config | None = None):
     G, Cg, Og = p.groups, p.c_per_group, p.o_per_group
     sx, sw, sy = x.stride(), w.stride(), out.stride()
     nphase = table.shape[0]
-    grid = (triton_cdiv(p.batch * rows, config.block_m) * triton_cdiv(Og, config.block_n), G * nphase)
+    grid = (cdiv(p.batch * rows, config.block_m) * cdiv(Og, config.block_n), G * nphase)
     conv_fwd_kernel[grid](
         x, w, out, table,
         p.batch, Cg, Og, nphase,
         *S, *K, *PJ, *PT, *QS, *US,
-        sx[0], *_spatial_strides(x, 1, D), sx[-2], sx[-1],
-        sw[0], sw[1], *_spatial_strides(w, 2, D), sw[-1],
-        sy[0], *_spatial_strides(out, 1, D), sy[-2], sy[-1],
-        FLIP=p.flip, PACKED=config.packed, INT64=_needs_int64(x, w, out),
+        sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
+        sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
+        sy[0], *spatial_strides(out, 1, D), sy[-2], sy[-1],
+        FLIP=p.flip, PACKED=config.packed, INT64=needs_int64(x, w, out),
         PRECISION=_precision(p), UPCAST=INTERPRET,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.num_warps, num_stages=config.num_stages,
@@ -217,23 +202,14 @@ def _phases(axes, device: str):
     return torch.tensor(rows, dtype=torch.int32, device=device), most, tuple(empty)
 
 
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     """The weight-gradient problem's views back in natural layouts, then one split-K GEMM."""
     from .implicit_gemm_kernels import conv_wgrad_kernel
 
     D = p.ndim
-    spatial = tuple(range(1, D + 1))
-    x = x_t.permute(D + 2, *spatial, D + 1, 0)  # [N, *S, G, Cg]
-    dy = dy_t.permute(D + 2, *(s + 1 for s in spatial), 0, 1)  # [N, *S_out, G, Og]
-    dw = dw_t.permute(D + 1, D + 2, *spatial, 0)  # [G, Og, *K, Cg]
-    # forward geometry of this weight gradient (see ConvProblem.wgrad)
-    stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo
-    in_spatial, out_spatial, kernel = p.in_spatial, p.kernel, p.out_spatial
-    G, N = p.groups, p.x_shape[-1] // p.groups
+    x, dy, dw, (stride, kdil, idil, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
+    in_spatial = p.in_spatial
+    G, N = p.groups, x.shape[0]
     if _gathers_input(p):  # rows over output positions, x gathered at (j*st + t*kd - lo) / idil
         dense, gathered, rows_spatial, gathered_spatial = dy, x, out_spatial, in_spatial
         A, T, F, V = stride, kdil, tuple(-v for v in lo), idil
@@ -247,29 +223,29 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     rows = N * math.prod(rows_spatial)
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     tapwise = config.tapwise and ND >= 16  # column tiles within one tap: index math per row
-    n_tiles = taps * triton_cdiv(ND, bn) if tapwise else triton_cdiv(taps * ND, bn)
-    base_programs = triton_cdiv(MD, bm) * n_tiles * G
-    split = config.split_k or max(1, min(4 * _sm_count(x.device) // base_programs, triton_cdiv(rows, 8 * bk)))
-    rows_per_split = triton_cdiv(triton_cdiv(rows, split), bk) * bk
-    split = triton_cdiv(rows, rows_per_split)
+    n_tiles = taps * cdiv(ND, bn) if tapwise else cdiv(taps * ND, bn)
+    base_programs = cdiv(MD, bm) * n_tiles * G
+    split = config.split_k or max(1, min(4 * _sm_count(x.device) // base_programs, cdiv(rows, 8 * bk)))
+    rows_per_split = cdiv(cdiv(rows, split), bk) * bk
+    split = cdiv(rows, rows_per_split)
     if split == 1:  # write the result directly: out_view [G, MD, *K, ND]
         target = out_view
-        so = (0, target.stride(0), target.stride(1), *_spatial_strides(target, 2, D), target.stride(-1))
+        so = (0, target.stride(0), target.stride(1), *spatial_strides(target, 2, D), target.stride(-1))
     else:  # partial sums per split, summed in a fixed order afterwards (deterministic)
         target = torch.empty((split, G, MD, *kernel, ND), device=x.device, dtype=torch.float32)
         st = target.stride()
-        so = (st[0], st[1], st[2], *_spatial_strides(target, 3, D), st[-1])
+        so = (st[0], st[1], st[2], *spatial_strides(target, 3, D), st[-1])
     sd, ss = dense.stride(), gathered.stride()
-    grid = (triton_cdiv(MD, bm), n_tiles, G * split)
+    grid = (cdiv(MD, bm), n_tiles, G * split)
     conv_wgrad_kernel[grid](
         dense, gathered, target,
         rows_per_split, N, MD, ND, split,
-        *_pad3(rows_spatial, 1), *_pad3(gathered_spatial, 1), *_pad3(kernel, 1),
-        *_pad3(A, 0), *_pad3(T, 0), *_pad3(F, 0), *_pad3(V, 1),
-        sd[0], *_spatial_strides(dense, 1, D), sd[-2], sd[-1],
-        ss[0], *_spatial_strides(gathered, 1, D), ss[-2], ss[-1],
+        *pad3(rows_spatial, 1), *pad3(gathered_spatial, 1), *pad3(kernel, 1),
+        *pad3(A, 0), *pad3(T, 0), *pad3(F, 0), *pad3(V, 1),
+        sd[0], *spatial_strides(dense, 1, D), sd[-2], sd[-1],
+        ss[0], *spatial_strides(gathered, 1, D), ss[-2], ss[-1],
         *so,
-        TAPWISE=tapwise, DENSE=all(v == 1 for v in V), INT64=_needs_int64(dense, gathered, target),
+        TAPWISE=tapwise, DENSE=all(v == 1 for v in V), INT64=needs_int64(dense, gathered, target),
         PRECISION=_precision(p), UPCAST=INTERPRET,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -1,6 +1,6 @@
-"""What every Triton algorithm checks before it runs: is Triton importable, and is there a device
-to run on (an NVIDIA GPU of compute capability 8.0 or newer, or Triton's interpreter for CPU
-tensors when ``TRITON_INTERPRET=1``)."""
+"""What the Triton algorithms share: the check that a kernel can run (Triton importable, and an
+NVIDIA GPU of compute capability 8.0+ or Triton's interpreter for CPU tensors when
+``TRITON_INTERPRET=1``), and the launchers' argument helpers."""
 
 from __future__ import annotations
 
@@ -35,3 +35,25 @@ def device_reason(p) -> str | None:
     if p.device == "cpu" and INTERPRET:
         return None
     return f"Triton kernels need a CUDA device (or TRITON_INTERPRET=1 for CPU tensors), not {p.device}"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pad3(values, fill):
+    """Per-axis values padded in front to three spatial axes (kernels are written for three)."""
+    values = tuple(values)
+    return (fill,) * (3 - len(values)) + values
+
+
+def spatial_strides(t: torch.Tensor, first: int, count: int):
+    """Strides of ``t``'s ``count`` spatial dimensions from ``first``, padded to three."""
+    return pad3(t.stride()[first:first + count], 0)
+
+
+def needs_int64(*tensors) -> bool:
+    """True when an element offset of any tensor can reach 2**31 (kernels then index in 64 bits)."""
+    return any(
+        sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) >= 2**31 for t in tensors
+    )

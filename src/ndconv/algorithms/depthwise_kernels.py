@@ -1,0 +1,116 @@
+"""Triton kernels of the direct small-group convolution (launchers in depthwise.py).
+
+Problems are padded to three spatial axes, as in implicit_gemm_kernels.py. Output channels are
+the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def direct_fwd_kernel(
+    x_ptr, w_ptr, y_ptr,
+    ROWS, O,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
+    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    sxn, sx1, sx2, sx3, sxg, sxc,
+    swg, swo, sw1, sw2, sw3, swc,
+    syn, sy1, sy2, sy3, syg, syo,
+    CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr,
+):
+    """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
+    for BLOCK_P output positions x BLOCK_O output channels, on CUDA cores, fp32 accumulation."""
+    offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    mask_p = offs_p < ROWS
+    j3 = offs_p % SO3
+    rest = offs_p // SO3
+    j2 = rest % SO2
+    rest = rest // SO2
+    j1 = rest % SO1
+    n = rest // SO1
+    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    mask_o = offs_o < O
+    g = offs_o // OG
+    k = offs_o % OG
+    if INT64:
+        n = n.to(tl.int64)
+        g = g.to(tl.int64)
+    x_rows = x_ptr + n * sxn  # [BLOCK_P]
+    x_lanes = g * sxg  # [BLOCK_O]
+    w_lanes = w_ptr + g * swg + k * swo  # [BLOCK_O]
+    acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
+    for t1 in range(0, K1):
+        u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1
+        ok1 = mask_p & (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
+        for t2 in range(0, K2):
+            u2 = j2 * ST2 + (K2 - 1 - t2 if FLIP else t2) * KD2 - LO2
+            ok2 = ok1 & (u2 >= 0) & (u2 <= (S2 - 1) * ID2) & (u2 % ID2 == 0)
+            for t3 in range(0, K3):
+                u3 = j3 * ST3 + (K3 - 1 - t3 if FLIP else t3) * KD3 - LO3
+                ok = ok2 & (u3 >= 0) & (u3 <= (S3 - 1) * ID3) & (u3 % ID3 == 0)
+                rows = x_rows + (u1 // ID1) * sx1 + (u2 // ID2) * sx2 + (u3 // ID3) * sx3
+                w_tap = w_lanes + t1 * sw1 + t2 * sw2 + t3 * sw3
+                for c in tl.static_range(CG):
+                    xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
+                                 mask=ok[:, None] & mask_o[None, :], other=0.0)
+                    wv = tl.load(w_tap + c * swc, mask=mask_o, other=0.0)
+                    acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+    y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2 + j3 * sy3
+    tl.store(y_rows[:, None] + (g * syg + k * syo)[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=mask_p[:, None] & mask_o[None, :])
+
+
+@triton.jit
+def direct_wgrad_kernel(
+    x_ptr, dy_ptr, ws_ptr,
+    ROWS, O,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
+    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    sxn, sx1, sx2, sx3, sxg, sxc,
+    sdn, sd1, sd2, sd3, sdg, sdo,
+    CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr,
+):
+    """ws[block, t, c, o] = sum over this program's BLOCK_P output positions r of
+    dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] (read-order taps t): partial weight
+    gradients, summed over blocks afterwards in a fixed order (deterministic)."""
+    pid_p = tl.program_id(0)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    mask_p = offs_p < ROWS
+    j3 = offs_p % SO3
+    rest = offs_p // SO3
+    j2 = rest % SO2
+    rest = rest // SO2
+    j1 = rest % SO1
+    n = rest // SO1
+    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    mask_o = offs_o < O
+    g = offs_o // OG
+    k = offs_o % OG
+    if INT64:
+        n = n.to(tl.int64)
+        g = g.to(tl.int64)
+    dy = tl.load((dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + j3 * sd3)[:, None] + (g * sdg + k * sdo)[None, :],
+                 mask=mask_p[:, None] & mask_o[None, :], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_O]
+    x_rows = x_ptr + n * sxn
+    x_lanes = g * sxg
+    taps = K1 * K2 * K3
+    ws = ws_ptr + pid_p.to(tl.int64) * taps * CG * O + offs_o
+    for t1 in range(0, K1):
+        u1 = j1 * ST1 + t1 * KD1 - LO1
+        ok1 = mask_p & (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
+        for t2 in range(0, K2):
+            u2 = j2 * ST2 + t2 * KD2 - LO2
+            ok2 = ok1 & (u2 >= 0) & (u2 <= (S2 - 1) * ID2) & (u2 % ID2 == 0)
+            for t3 in range(0, K3):
+                u3 = j3 * ST3 + t3 * KD3 - LO3
+                ok = ok2 & (u3 >= 0) & (u3 <= (S3 - 1) * ID3) & (u3 % ID3 == 0)
+                rows = x_rows + (u1 // ID1) * sx1 + (u2 // ID2) * sx2 + (u3 // ID3) * sx3
+                tap = (t1 * K2 + t2) * K3 + t3
+                for c in tl.static_range(CG):
+                    xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
+                                 mask=ok[:, None] & mask_o[None, :], other=0.0)
+                    partial = tl.sum(xv.to(tl.float32) * dy, axis=0)  # [BLOCK_O]
+                    tl.store(ws + (tap * CG + c) * O, partial, mask=mask_o)
