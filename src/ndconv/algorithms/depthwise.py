@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .triton_support import cdiv, device_reason, needs_int64, pad3, spatial_strides
+from .triton_support import cdiv, kernel_reason, needs_int64, pad3, spatial_strides
 
 NAME = "depthwise"
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Largest (C/groups) * (O/groups) handled on CUDA cores; wider groups belong to tensor cores.
 MAX_GROUP_PRODUCT = 16
 
@@ -44,11 +43,9 @@ def _group_sizes(p):
 
 
 def supports(p):
-    reason = device_reason(p)
+    reason = kernel_reason(p)
     if reason:
         return False, reason
-    if p.dtype not in _DTYPES:
-        return False, f"Triton kernels run float16, bfloat16 and float32, not {str(p.dtype)[6:]}"
     cg, og = _group_sizes(p)
     if cg * og > MAX_GROUP_PRODUCT:
         return False, f"groups of {cg}x{og} channels are GEMMs for tensor cores (limit {MAX_GROUP_PRODUCT})"

@@ -7,6 +7,8 @@ the vector lanes: lane o belongs to group o // OG and reads that group's CG inpu
 import triton
 import triton.language as tl
 
+from .kernel_utils import split_rows
+
 
 @triton.jit
 def direct_fwd_kernel(
@@ -24,12 +26,7 @@ def direct_fwd_kernel(
     for BLOCK_P output positions x BLOCK_O output channels, on CUDA cores, fp32 accumulation."""
     offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     mask_p = offs_p < ROWS
-    j3 = offs_p % SO3
-    rest = offs_p // SO3
-    j2 = rest % SO2
-    rest = rest // SO2
-    j1 = rest % SO1
-    n = rest // SO1
+    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
     mask_o = offs_o < O
     g = offs_o // OG
@@ -79,12 +76,7 @@ def direct_wgrad_kernel(
     pid_p = tl.program_id(0)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     mask_p = offs_p < ROWS
-    j3 = offs_p % SO3
-    rest = offs_p // SO3
-    j2 = rest % SO2
-    rest = rest // SO2
-    j1 = rest % SO1
-    n = rest // SO1
+    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
     mask_o = offs_o < O
     g = offs_o // OG

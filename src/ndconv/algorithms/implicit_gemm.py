@@ -25,10 +25,9 @@ from functools import lru_cache
 
 import torch
 
-from .triton_support import INTERPRET, cdiv, device_reason, needs_int64, pad3, spatial_strides
+from .triton_support import INTERPRET, cdiv, kernel_reason, needs_int64, pad3, spatial_strides
 
 NAME = "implicit_gemm"
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _SM_COUNT_FALLBACK = 132
 
 
@@ -45,11 +44,9 @@ class Config:
 
 
 def supports(p):
-    reason = device_reason(p)
+    reason = kernel_reason(p)
     if reason:
         return False, reason
-    if p.dtype not in _DTYPES:
-        return False, f"Triton kernels run float16, bfloat16 and float32, not {str(p.dtype)[6:]}"
     if p.pass_ == "wgrad":
         return True, "Triton weight-gradient GEMM, split-K over N*S_out, deterministic"
     if any(d > 1 for d in p.input_dilation):

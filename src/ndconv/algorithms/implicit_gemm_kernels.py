@@ -8,6 +8,8 @@ dilation, ``LO`` low pad (dilated coordinates), per axis 1..3; ``s*`` are elemen
 import triton
 import triton.language as tl
 
+from .kernel_utils import split_rows
+
 
 @triton.jit
 def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
@@ -52,12 +54,7 @@ def conv_fwd_kernel(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows of this phase: (n, q1, q2, q3)
     mask_m = offs_m < m_total
-    q3 = offs_m % Q3
-    rest = offs_m // Q3
-    q2 = rest % Q2
-    rest = rest // Q2
-    q1 = rest % Q1
-    n = rest // Q1
+    n, q1, q2, q3 = split_rows(offs_m, Q1, Q2, Q3)
     if INT64:
         n = n.to(tl.int64)
         g = g.to(tl.int64)
@@ -191,12 +188,7 @@ def conv_wgrad_kernel(
     for r0 in range(r_begin, r_end, BLOCK_K):
         rows = r0 + tl.arange(0, BLOCK_K)
         mask_r = rows < r_end
-        p3 = rows % R3
-        rest = rows // R3
-        p2 = rest % R2
-        rest = rest // R2
-        p1 = rest % R1
-        n = rest // R1
+        n, p1, p2, p3 = split_rows(rows, R1, R2, R3)
         if INT64:
             n = n.to(tl.int64)
         d_rows = d_ptr + n * sdn + p1 * sd1 + p2 * sd2 + p3 * sd3 + g * sdg

@@ -26,15 +26,21 @@ def _cuda_capability_ok() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 
 
-def device_reason(p) -> str | None:
-    """None when a Triton kernel can run problem ``p`` on its device, else why not."""
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def kernel_reason(p) -> str | None:
+    """None when a Triton kernel can run problem ``p`` (its device and dtype), else why not."""
     if not triton_available():
         return "Triton is not installed"
     if p.device == "cuda":
-        return None if _cuda_capability_ok() else "needs an NVIDIA GPU of compute capability 8.0+"
-    if p.device == "cpu" and INTERPRET:
-        return None
-    return f"Triton kernels need a CUDA device (or TRITON_INTERPRET=1 for CPU tensors), not {p.device}"
+        if not _cuda_capability_ok():
+            return "needs an NVIDIA GPU of compute capability 8.0+"
+    elif p.device != "cpu" or not INTERPRET:
+        return f"Triton kernels need a CUDA device (or TRITON_INTERPRET=1 for CPU tensors), not {p.device}"
+    if p.dtype not in KERNEL_DTYPES:
+        return f"Triton kernels run float16, bfloat16 and float32, not {str(p.dtype)[6:]}"
+    return None
 
 
 def cdiv(a: int, b: int) -> int:
