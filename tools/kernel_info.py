@@ -6,7 +6,6 @@ import sys
 import torch
 
 from ndconv import testing
-from ndconv.algorithms import implicit_gemm
 from ndconv.algorithms import implicit_gemm_kernels as K
 from ndconv.bench import suites
 

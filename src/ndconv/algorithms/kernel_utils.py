@@ -1,7 +1,6 @@
 """@triton.jit helpers shared by the kernels."""
 
 import triton
-import triton.language as tl
 
 
 @triton.jit
