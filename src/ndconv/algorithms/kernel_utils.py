@@ -1,6 +1,7 @@
 """@triton.jit helpers shared by the kernels."""
 
 import triton
+import triton.language as tl  # noqa: F401  (Triton requires it in a jit function's module)
 
 
 @triton.jit
