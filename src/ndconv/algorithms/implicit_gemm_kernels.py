@@ -20,6 +20,15 @@ def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _weight_tap(t0, u, pt, k, FLIP: tl.constexpr):
+    """Weight index of the phase's u-th read-order tap t0 + pt*u (reversed when flipping)."""
+    t = t0 + u * pt
+    if FLIP:
+        t = k - 1 - t
+    return t
+
+
+@triton.jit
 def conv_fwd_kernel(
     x_ptr, w_ptr, y_ptr, phase_ptr,
     N, CG, OG, NPHASE,
@@ -85,13 +94,9 @@ def conv_fwd_kernel(
             ok &= (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2) & (ii3 >= 0) & (ii3 < S3)
             a = tl.load(x_rows[:, None] + ii1 * sx1 + ii2 * sx2 + ii3 * sx3 + (c * sxc)[None, :],
                         mask=ok, other=0.0)
-            t1 = T01 + u1 * PT1
-            t2 = T02 + u2 * PT2
-            t3 = T03 + u3 * PT3
-            if FLIP:
-                t1 = K1 - 1 - t1
-                t2 = K2 - 1 - t2
-                t3 = K3 - 1 - t3
+            t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
+            t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
+            t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             b = tl.load(w_cols[None, :] + (t1 * sw1 + t2 * sw2 + t3 * sw3 + c * swc)[:, None],
                         mask=mask_k[:, None] & mask_n[None, :], other=0.0)
             acc = _dot(a, b, acc, PRECISION, UPCAST)
@@ -110,13 +115,9 @@ def conv_fwd_kernel(
             ok = mask_m & (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2) & (ii3 >= 0) & (ii3 < S3)
             a = tl.load((x_rows + ii1 * sx1 + ii2 * sx2 + ii3 * sx3)[:, None] + (offs_c * sxc)[None, :],
                         mask=ok[:, None] & mask_c[None, :], other=0.0)
-            t1 = T01 + u1 * PT1
-            t2 = T02 + u2 * PT2
-            t3 = T03 + u3 * PT3
-            if FLIP:
-                t1 = K1 - 1 - t1
-                t2 = K2 - 1 - t2
-                t3 = K3 - 1 - t3
+            t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
+            t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
+            t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             b = tl.load(w_cols[None, :] + t1 * sw1 + t2 * sw2 + t3 * sw3 + (offs_c * swc)[:, None],
                         mask=mask_c[:, None] & mask_n[None, :], other=0.0)
             acc = _dot(a, b, acc, PRECISION, UPCAST)
