@@ -15,9 +15,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton runs in its in
 HALF_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
 # The dtypes each algorithm runs (the Triton kernels: no float64), and whether it covers every
 # problem (the others must say why they refuse one).
-ALGORITHM_DTYPES = {"gemm": [torch.float64, *HALF_AND_SINGLE], "implicit_gemm": HALF_AND_SINGLE,
-                    "depthwise": HALF_AND_SINGLE}
-COVERS_EVERY_PROBLEM = {"gemm", "implicit_gemm"}
+ALGORITHM_DTYPES = {"gemm": [torch.float64, *HALF_AND_SINGLE], "native": [torch.float64, *HALF_AND_SINGLE],
+                    "implicit_gemm": HALF_AND_SINGLE, "depthwise": HALF_AND_SINGLE}
+COVERS_EVERY_PROBLEM = {"gemm", "native", "implicit_gemm"}
 ALGORITHMS = list(ALGORITHM_DTYPES)
 assert set(ALGORITHMS) == set(REGISTRY) - {"reference"}, "add the new algorithm's dtypes here"
 

@@ -109,7 +109,7 @@ def test_algorithm_keyword_and_environment_force(monkeypatch):
     ndconv.conv2d(x, w)
     assert calls == [1, 1]
     monkeypatch.setenv("NDCONV_ALGORITHM", "nope")
-    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: depthwise, implicit_gemm, gemm, reference"):
+    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: depthwise, implicit_gemm, native, gemm, reference"):
         ndconv.conv2d(x, w)
 
 
@@ -130,9 +130,9 @@ def test_forcing_an_unsupporting_algorithm_says_why(monkeypatch):
 def test_explain_lists_every_algorithm_and_pass():
     e = ndconv.explain(torch.randn(2, 8, 8, 4), torch.randn(4, 3, 3, 4), padding=1)
     text = str(e)
-    assert e.chosen("fwd") == "gemm" and e.chosen("dgrad") == "gemm" and e.chosen("wgrad") == "gemm"
+    assert e.chosen("fwd") == "native" and e.chosen("dgrad") == "native" and e.chosen("wgrad") == "native"
     assert {(r[0], r[1]) for r in e.rows} == {(p, n) for p in ("fwd", "dgrad", "wgrad") for n in planner.REGISTRY}
-    assert text.count("->") == 3 and "gemm" in text and "reference" in text and "x=[2, 8, 8, 4]" in text
+    assert text.count("->") == 3 and "native" in text and "reference" in text and "x=[2, 8, 8, 4]" in text
     shapes = ndconv.explain((2, 8, 8, 4), (4, 3, 3, 4), padding=1)
     assert shapes.problem == e.problem
 

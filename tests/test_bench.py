@@ -9,7 +9,8 @@ from cases import CASE_PARAMS, PASSES, for_pass
 
 from ndconv import cli, testing
 from ndconv.algorithms import REGISTRY
-from ndconv.bench import baseline, runner, suites
+from ndconv.algorithms import native
+from ndconv.bench import runner, suites
 
 TINY = [
     {"name": "tiny_3x3", "x": [2, 6, 6, 4], "w": [4, 3, 3, 4], "stride": [1, 1], "padding_lo": [1, 1],
@@ -67,7 +68,7 @@ def test_every_baseline_formulation_is_right(case, pass_):
     ref = testing.reference_result(q, a, b)
     if pass_ == "wgrad" and p.flip:
         ref = ref.flip(tuple(range(1, 1 + p.ndim)))
-    forms = baseline.formulations(p, pass_)
+    forms = native.formulations(p, pass_)
     assert forms, "every problem has at least one PyTorch formulation"
     for f in forms:
         out = f.to_natural(f.run(*f.prepare(a, b)))

@@ -10,7 +10,7 @@ from test_reference import _oracle
 
 import ndconv
 
-ALGORITHMS = ["reference", "gemm"]
+ALGORITHMS = ["reference", "gemm", "native"]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -20,7 +20,7 @@ from .. import __version__, autograd, testing
 from ..algorithms import REGISTRY
 from ..api import conv_general
 from ..problem import ConvProblem
-from . import baseline
+from ..algorithms import native
 from .suites import BenchCase, category
 from .timing import Roofline, dtype_key, measure_roofline, time_fn
 
@@ -133,7 +133,7 @@ def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, alg
 
     # PyTorch baseline: each formulation, the fastest correct one wins
     row["baseline_formulations"] = {}
-    for f in baseline.formulations(p, pass_):
+    for f in native.formulations(p, pass_):
 
         def check_baseline(result, f=f):
             out = f.to_natural(result)
@@ -209,8 +209,9 @@ def summarize(rows) -> dict:
 
 
 def run_suite(cases, device: str, passes=None, algorithms=None, progress=None, seed: int = 0) -> dict:
-    """Benchmarks every (case, pass); returns {env, roofline, rows, summary}."""
-    algorithms = list(algorithms or [n for n in REGISTRY if n != "reference"])
+    """Benchmarks every (case, pass); returns {env, roofline, rows, summary}. By default every
+    algorithm but the reference (the oracle) and native (PyTorch itself: it is the baseline)."""
+    algorithms = list(algorithms or [n for n in REGISTRY if n not in ("reference", "native")])
     if device == "cuda":
         torch.backends.cudnn.benchmark = True
     dtypes = sorted({dtype_key(getattr(torch, c.spec["dtype"]), c.problem(device).allow_tf32) for c in cases})

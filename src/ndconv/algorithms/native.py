@@ -1,25 +1,36 @@
-"""The PyTorch baseline: every formulation of a problem that a PyTorch user would write, so the
-benchmark can report the fastest of them.
+"""PyTorch's own convolution (cuDNN on the GPU, oneDNN on the CPU): the benchmark's baseline and
+an algorithm of its own (the fast path on the CPU).
 
-A formulation is one ``aten.convolution`` (cuDNN on GPU, oneDNN on CPU) on channels-last views,
-plus the steps it needs around it, which it pays for: asymmetric or negative padding through
-``F.pad``, or a symmetric pad with the output cropped (the causal-conv idiom); input dilation
-through ``conv_transpose`` (with flip) or explicit zero insertion; 1-D both as conv1d and as a
-2-D conv with H = 1. Weights are parameters, so their re-arrangement (layout, flip) is done once,
-untimed. The gradient passes are ``aten.convolution_backward`` of the same formulation; the weight
-gradient reuses the forward's pre-processed input (a training step computed it already).
+A formulation is what a PyTorch user would write for a problem: one ``aten.convolution`` on
+channels-last views, plus the steps it needs around it, which it pays for:
+
+- asymmetric or negative padding, through ``F.pad``, or through a symmetric pad with the output
+  cropped (the causal-conv idiom);
+- input dilation, through ``conv_transpose`` (with flip) or explicit zero insertion;
+- 1-D, both as conv1d and as a 2-D conv with H = 1.
+
+Weights are parameters, so their re-arrangement (layout, flip) is done once, untimed. The
+gradient passes are ``aten.convolution_backward`` of the same formulation; the weight gradient
+reuses the forward's pre-processed input (a training step computed it already).
+
+As an algorithm, ``native`` runs a problem's first formulation (``configs`` lists them all).
+The input gradient is run as the forward problem it is (over dy), the weight gradient through
+``convolution_backward`` of the forward geometry.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 
 from ..problem import ConvProblem
+
+NAME = "native"
 
 
 @dataclass(frozen=True)
@@ -44,13 +55,6 @@ def channels_first(t: torch.Tensor) -> torch.Tensor:
 def channels_last(t: torch.Tensor) -> torch.Tensor:
     """``[N, C, *S]`` as ``[N, *S, C]`` (a view)."""
     return t.movedim(1, -1)
-
-
-def _mlx_pads(p: ConvProblem):
-    """MLX pads per axis (negative = crop of the undilated input)."""
-    lo = [v if v >= 0 else v // i for v, i in zip(p.padding_lo, p.input_dilation)]
-    hi = [v if v >= 0 else v // i for v, i in zip(p.padding_hi, p.input_dilation)]
-    return lo, hi
 
 
 def _torch_pads(lo, hi):
@@ -174,7 +178,6 @@ def _memory_format(ndim: int):
 def _convs(p: ConvProblem) -> list[_Conv]:
     """Every PyTorch formulation of forward problem ``p``."""
     D = p.ndim
-    lo, hi = _mlx_pads(p)
     idil = p.input_dilation
     out = []
     common = dict(dilation=list(p.kernel_dilation), groups=p.groups)
@@ -196,8 +199,8 @@ def _convs(p: ConvProblem) -> list[_Conv]:
             crop = tuple(((s - a) // st, so) for s, a, st, so in zip(sym, lo, p.stride, p.out_spatial))
             out.append(_Conv(f"{name}+sym-pad-crop", p, pre, dict(padding=sym, **conv), weight, crop, unpre, p.flip))
 
-    if all(i == 1 for i in idil):
-        direct("conv", channels_first, channels_last, lo, hi)
+    if all(i == 1 for i in idil):  # pads in dilated coordinates are the input's own
+        direct("conv", channels_first, channels_last, list(p.padding_lo), list(p.padding_hi))
     else:
         # conv_transpose: lo = span-1-P, hi = lo + output_padding, stride 1 only
         P = [sp - 1 - a for sp, a in zip(p.span, p.padding_lo)]
@@ -249,6 +252,56 @@ def _as_2d(c: _Conv) -> _Conv:
     )
 
 
-def formulations(p: ConvProblem, pass_: str) -> list[Formulation]:
+@lru_cache(maxsize=256)
+def formulations(p: ConvProblem, pass_: str) -> tuple[Formulation, ...]:
     """The PyTorch formulations of pass ``pass_`` of forward problem ``p``."""
-    return [c.formulations()[pass_] for c in _convs(p)]
+    return tuple(c.formulations()[pass_] for c in _convs(p))
+
+
+# ---------------------------------------------------------------------- the algorithm
+
+
+def supports(p):
+    return True, "PyTorch's own convolution (cuDNN / oneDNN) through its fastest formulation"
+
+
+def configs(p) -> list[str]:
+    """Formulation names for this pass (the weight gradient's are its forward geometry's)."""
+    return [f.name for f in formulations(*_forward_of(p))]
+
+
+def default_config(p) -> str:
+    return configs(p)[0]
+
+
+def _forward_of(p):
+    """(forward problem, pass) that PyTorch computes for pass problem ``p``: the problem itself
+    for the forward and the input gradient (a forward problem over dy), the forward geometry
+    behind a weight-gradient problem with the minimal high padding that gives its outputs."""
+    if p.pass_ != "wgrad":
+        return replace(p, pass_="fwd"), "fwd"
+    stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo
+    out_spatial, kernel = p.kernel, p.out_spatial
+    N, G, Cg = p.x_shape[-1] // p.groups, p.groups, p.batch
+    dilated = [(s - 1) * i + 1 for s, i in zip(p.in_spatial, idil)]
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, kdil)]
+    hi = tuple((so - 1) * st + sp - di - l for so, st, sp, di, l in zip(out_spatial, stride, span, dilated, lo))
+    forward = ConvProblem(
+        (N, *p.in_spatial, G * Cg), (p.out_channels, *kernel, Cg), stride, lo, hi, kdil, idil, G,
+        False, p.dtype, p.device, p.allow_tf32, "fwd",
+    )
+    return forward, "wgrad"
+
+
+def run(p, x, w, out, config: str | None = None):
+    """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
+    forward, pass_ = _forward_of(p)
+    name = config or default_config(p)
+    f = next(f for f in formulations(forward, pass_) if f.name == name)
+    if pass_ == "wgrad":
+        x, dy, dw, _ = p.wgrad_natural(x, w, out)
+        a, b, target = x.flatten(-2), dy.flatten(-2), dw.flatten(0, 1)
+    else:
+        a, b, target = x.flatten(-2), w.flatten(0, 1), out
+    result = f.to_natural(f.run(*f.prepare(a, b)))
+    target.copy_(result.reshape(target.shape))
