@@ -206,6 +206,8 @@ def _conv_transpose(op, input, weight, stride, padding, dilation, output_padding
         spans = [(k - 1) * d + 1 for k, d in zip(weight.shape[1:-1], dilation)]
     else:
         spans = [1] * ndim  # conv_general reports the weight's shape error
+    # MLX's formula; a padding beyond the dilated kernel makes lo negative, which crops
+    # undilated input (MLX's semantics; PyTorch's conv_transpose crops the output instead)
     lo = [s - 1 - p for s, p in zip(spans, padding)]
     hi = [s - 1 - p + op_ for s, p, op_ in zip(spans, padding, output_padding)]
     return conv_general(
