@@ -82,7 +82,7 @@ def _bench(args) -> int:
     if args.plot:
         report.plot(result, args.plot)
         console.print(f"wrote {args.plot}")
-    wrong = any(report._failures(r) for r in result["rows"])
+    wrong = any(report.failures(r) for r in result["rows"])
     return 1 if wrong else 0
 
 

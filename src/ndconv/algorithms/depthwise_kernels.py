@@ -11,6 +11,29 @@ from .kernel_utils import split_rows
 
 
 @triton.jit
+def _program_tile(ROWS, O, SO1, SO2, SO3, OG: tl.constexpr, INT64: tl.constexpr,
+                  BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr):
+    """This program's output positions (n, j1, j2, j3) and output-channel lanes (group g,
+    channel k within it), with their masks."""
+    offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
+    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+    g = offs_o // OG
+    if INT64:
+        n = n.to(tl.int64)
+        g = g.to(tl.int64)
+    return offs_p < ROWS, n, j1, j2, j3, offs_o < O, g, offs_o % OG
+
+
+@triton.jit
+def _input_index(j, t, ST, KD, ID, LO, S, ok):
+    """Undilated input index that output j reads through read-order tap t, and whether it is a
+    real element (inside the input, not an inserted zero)."""
+    u = j * ST + t * KD - LO
+    return u // ID, ok & (u >= 0) & (u <= (S - 1) * ID) & (u % ID == 0)
+
+
+@triton.jit
 def direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     ROWS, O,
@@ -24,30 +47,18 @@ def direct_fwd_kernel(
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for BLOCK_P output positions x BLOCK_O output channels, on CUDA cores, fp32 accumulation."""
-    offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    mask_p = offs_p < ROWS
-    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
-    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
-    mask_o = offs_o < O
-    g = offs_o // OG
-    k = offs_o % OG
-    if INT64:
-        n = n.to(tl.int64)
-        g = g.to(tl.int64)
+    mask_p, n, j1, j2, j3, mask_o, g, k = _program_tile(ROWS, O, SO1, SO2, SO3, OG, INT64, BLOCK_P, BLOCK_O)
     x_rows = x_ptr + n * sxn  # [BLOCK_P]
     x_lanes = g * sxg  # [BLOCK_O]
     w_lanes = w_ptr + g * swg + k * swo  # [BLOCK_O]
     acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
-    for t1 in range(0, K1):
-        u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1
-        ok1 = mask_p & (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
+    for t1 in range(0, K1):  # weight taps; the input is read at the flipped tap when FLIP
+        i1, ok1 = _input_index(j1, K1 - 1 - t1 if FLIP else t1, ST1, KD1, ID1, LO1, S1, mask_p)
         for t2 in range(0, K2):
-            u2 = j2 * ST2 + (K2 - 1 - t2 if FLIP else t2) * KD2 - LO2
-            ok2 = ok1 & (u2 >= 0) & (u2 <= (S2 - 1) * ID2) & (u2 % ID2 == 0)
+            i2, ok2 = _input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, ok1)
             for t3 in range(0, K3):
-                u3 = j3 * ST3 + (K3 - 1 - t3 if FLIP else t3) * KD3 - LO3
-                ok = ok2 & (u3 >= 0) & (u3 <= (S3 - 1) * ID3) & (u3 % ID3 == 0)
-                rows = x_rows + (u1 // ID1) * sx1 + (u2 // ID2) * sx2 + (u3 // ID3) * sx3
+                i3, ok = _input_index(j3, K3 - 1 - t3 if FLIP else t3, ST3, KD3, ID3, LO3, S3, ok2)
+                rows = x_rows + i1 * sx1 + i2 * sx2 + i3 * sx3
                 w_tap = w_lanes + t1 * sw1 + t2 * sw2 + t3 * sw3
                 for c in tl.static_range(CG):
                     xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
@@ -73,33 +84,20 @@ def direct_wgrad_kernel(
     """ws[block, t, c, o] = sum over this program's BLOCK_P output positions r of
     dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] (read-order taps t): partial weight
     gradients, summed over blocks afterwards in a fixed order (deterministic)."""
-    pid_p = tl.program_id(0)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    mask_p = offs_p < ROWS
-    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
-    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
-    mask_o = offs_o < O
-    g = offs_o // OG
-    k = offs_o % OG
-    if INT64:
-        n = n.to(tl.int64)
-        g = g.to(tl.int64)
+    mask_p, n, j1, j2, j3, mask_o, g, k = _program_tile(ROWS, O, SO1, SO2, SO3, OG, INT64, BLOCK_P, BLOCK_O)
     dy = tl.load((dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + j3 * sd3)[:, None] + (g * sdg + k * sdo)[None, :],
                  mask=mask_p[:, None] & mask_o[None, :], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_O]
     x_rows = x_ptr + n * sxn
     x_lanes = g * sxg
     taps = K1 * K2 * K3
-    ws = ws_ptr + pid_p.to(tl.int64) * taps * CG * O + offs_o
+    ws = ws_ptr + tl.program_id(0).to(tl.int64) * taps * CG * O + g * OG + k
     for t1 in range(0, K1):
-        u1 = j1 * ST1 + t1 * KD1 - LO1
-        ok1 = mask_p & (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
+        i1, ok1 = _input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
         for t2 in range(0, K2):
-            u2 = j2 * ST2 + t2 * KD2 - LO2
-            ok2 = ok1 & (u2 >= 0) & (u2 <= (S2 - 1) * ID2) & (u2 % ID2 == 0)
+            i2, ok2 = _input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
             for t3 in range(0, K3):
-                u3 = j3 * ST3 + t3 * KD3 - LO3
-                ok = ok2 & (u3 >= 0) & (u3 <= (S3 - 1) * ID3) & (u3 % ID3 == 0)
-                rows = x_rows + (u1 // ID1) * sx1 + (u2 // ID2) * sx2 + (u3 // ID3) * sx3
+                i3, ok = _input_index(j3, t3, ST3, KD3, ID3, LO3, S3, ok2)
+                rows = x_rows + i1 * sx1 + i2 * sx2 + i3 * sx3
                 tap = (t1 * K2 + t2) * K3 + t3
                 for c in tl.static_range(CG):
                     xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],

@@ -18,7 +18,7 @@ def _ratio(v) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def _failures(row) -> list[str]:
+def failures(row) -> list[str]:
     """Algorithms (and baseline formulations) that gave a wrong result or crashed."""
     bad = []
     for source in (row["algorithms"], row["baseline_formulations"], {"planner": row["planner"]}):
@@ -44,7 +44,7 @@ def table(result) -> Table:
     for r in result["rows"]:
         base = r["baseline"]
         best = r["best"]
-        notes = _failures(r)
+        notes = failures(r)
         if r["checked_on"] != "full":
             notes.append(f"checked on {r['checked_on']}")
         t.add_row(
@@ -71,7 +71,7 @@ def print_result(result, console: Console | None = None) -> None:
     console = console or Console()
     console.print(table(result))
     console.print(summary_line(result))
-    if any(_failures(r) for r in result["rows"]):
+    if any(failures(r) for r in result["rows"]):
         console.print("[red]some results were wrong or crashed: see notes[/]")
 
 
