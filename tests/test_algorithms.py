@@ -16,7 +16,8 @@ HALF_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
 # The dtypes each algorithm runs (the Triton kernels: no float64), and whether it covers every
 # problem (the others must say why they refuse one).
 ALGORITHM_DTYPES = {"gemm": [torch.float64, *HALF_AND_SINGLE], "native": [torch.float64, *HALF_AND_SINGLE],
-                    "implicit_gemm": HALF_AND_SINGLE, "depthwise": HALF_AND_SINGLE}
+                    "implicit_gemm": HALF_AND_SINGLE, "depthwise": HALF_AND_SINGLE,
+                    "grouped": HALF_AND_SINGLE}
 COVERS_EVERY_PROBLEM = {"gemm", "native", "implicit_gemm"}
 ALGORITHMS = list(ALGORITHM_DTYPES)
 assert set(ALGORITHMS) == set(REGISTRY) - {"reference"}, "add the new algorithm's dtypes here"
@@ -46,21 +47,23 @@ def test_algorithm_matches_reference(case, pass_, name, dtype):
     assert report.ok, f"{name} on {p}: {report}"
 
 
-def test_depthwise_takes_small_groups_and_says_why_it_refuses_others():
-    from ndconv.algorithms import depthwise
+def test_small_group_algorithms_take_their_problems_and_say_why_they_refuse_others():
+    from ndconv.algorithms import depthwise, grouped
 
-    taken = refused = 0
+    taken = {"depthwise": 0, "grouped": 0}
     for case in testing.CASES:
         p = case.problem(device=DEVICE)
         for q in (p, p.dgrad(), p.wgrad()):
-            ok, reason = depthwise.supports(q)
             cg, og = (q.batch, q.o_per_group) if q.pass_ == "wgrad" else (q.c_per_group, q.o_per_group)
-            assert ok == (cg * og <= depthwise.MAX_GROUP_PRODUCT), (q, reason)
-            taken += ok
-            refused += not ok
-            if not ok:
-                assert "tensor cores" in reason
-    assert taken >= 20 and refused >= 20
+            ok, reason = depthwise.supports(q)
+            assert ok == (min(cg, og) == 1 and max(cg, og) <= depthwise.MAX_GROUP_WIDTH), (q, reason)
+            assert ok or "GEMM" in reason
+            taken["depthwise"] += ok
+            ok, reason = grouped.supports(q)
+            assert ok == (q.groups > 1 and max(cg, og) < grouped.TARGET_WIDTH), (q, reason)
+            assert ok or "grouped" in reason or "tensor-core" in reason
+            taken["grouped"] += ok
+    assert taken["depthwise"] >= 9 and taken["grouped"] >= 10, taken
 
 
 @pytest.mark.parametrize("name", ALGORITHMS)

@@ -68,16 +68,19 @@ def test_needs_int64_detects_large_offsets():
 
 
 def test_gpu_defaults():
-    """On CUDA the direct kernel takes small groups and the implicit GEMM everything else."""
+    """On CUDA the direct kernel takes depthwise problems, block-diagonal packing other small
+    groups and the implicit GEMM everything else."""
     from ndconv import planner
 
     dense = testing.CASES[6].problem(device="cuda")  # 2d_3x3
     depthwise = next(c for c in testing.CASES if c.name == "2d_dw3x3").problem(device="cuda")
+    grouped = next(c for c in testing.CASES if c.name == "2d_grouped_g4").problem(device="cuda")
     if torch.cuda.is_available():
         assert planner.plan(dense).name == "implicit_gemm"
         assert planner.plan(depthwise).name == "depthwise"
+        assert planner.plan(grouped).name == "grouped"
     else:
-        assert planner.PREFERENCE["cuda"][:2] == ("depthwise", "implicit_gemm")
+        assert planner.PREFERENCE["cuda"][:3] == ("depthwise", "grouped", "implicit_gemm")
 
 
 def test_phases_of_an_input_dilated_problem():

@@ -17,13 +17,14 @@ from .problem import ConvProblem
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
 
 # Preference order per device: the first algorithm that supports a problem runs it.
-# - GPU: the direct kernel takes depthwise and tiny groups (tensor-core tiles waste almost all
-#   their work there), the Triton implicit GEMM every other fp16/bf16/fp32 problem, PyTorch's
-#   own convolution (cuDNN) the rest (float64).
+# - GPU: the direct kernel takes depthwise convolutions and channel multipliers (a tensor-core
+#   tile would waste almost all its work there), block-diagonal packing other small groups, the
+#   Triton implicit GEMM every other fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN)
+#   the rest (float64).
 # - CPU: PyTorch's own convolution (oneDNN), several times faster there than gemm.
 # - gemm (unfold + matmul through torch) and the reference (the float64 oracle) stay forcible.
 PREFERENCE = {
-    "cuda": ("depthwise", "implicit_gemm", "native", "gemm", "reference"),
+    "cuda": ("depthwise", "grouped", "implicit_gemm", "native", "gemm", "reference"),
     "cpu": ("native", "gemm", "reference"),
 }
 

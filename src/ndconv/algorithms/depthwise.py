@@ -20,49 +20,65 @@ from dataclasses import dataclass
 
 import torch
 
-from .triton_support import cdiv, kernel_reason, needs_int64, pad3, spatial_strides
+from .triton_support import cdiv, group_channels, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
 
 NAME = "depthwise"
-# Largest (C/groups) * (O/groups) handled on CUDA cores; wider groups belong to tensor cores.
-MAX_GROUP_PRODUCT = 16
+# Widest group handled on CUDA cores (C/groups or O/groups, the other being 1).
+MAX_GROUP_WIDTH = 16
 
 
 @dataclass(frozen=True)
 class Config:
-    block_p: int  # output positions per program
+    block_p: int  # output positions per program (per step of the weight gradient's row loop)
     block_o: int  # output channels per program
     num_warps: int
-
-
-def _group_sizes(p):
-    """(C/groups, O/groups) of the convolution the kernel runs: for a weight gradient, the
-    forward's (the rewritten problem swaps batch and channels)."""
-    if p.pass_ == "wgrad":
-        return p.batch, p.o_per_group
-    return p.c_per_group, p.o_per_group
+    programs_per_sm: int = 4  # weight gradient: how many row chunks (and workspace slices)
 
 
 def supports(p):
     reason = kernel_reason(p)
     if reason:
         return False, reason
-    cg, og = _group_sizes(p)
-    if cg * og > MAX_GROUP_PRODUCT:
-        return False, f"groups of {cg}x{og} channels are GEMMs for tensor cores (limit {MAX_GROUP_PRODUCT})"
-    return True, f"direct kernel on CUDA cores for {cg}x{og}-channel groups (depthwise and tiny groups)"
+    cg, og = group_channels(p)
+    if min(cg, og) > 1:
+        return False, f"groups of {cg}x{og} channels: a GEMM per group (grouped, implicit_gemm)"
+    if max(cg, og) > MAX_GROUP_WIDTH:
+        return False, f"groups of {cg}x{og} channels are GEMMs for tensor cores (limit {MAX_GROUP_WIDTH})"
+    return True, f"direct kernel on CUDA cores for {cg}x{og}-channel groups (depthwise, channel multipliers)"
+
+
+def _pow2_divisor(n: int, limit: int) -> int:
+    """The largest power of two <= limit dividing n, or the next power of two above a small n
+    without one (the lanes of a channel block: whole blocks where the channel count allows)."""
+    best = n & -n
+    if best >= 16 or best >= n:
+        return min(best, limit)
+    return min(limit, 1 << (n - 1).bit_length())
+
+
+def _k3p(kernel) -> int:
+    """The weight gradient's last kernel axis padded to a power of two (its accumulator axis)."""
+    return 1 << (kernel[-1] - 1).bit_length()
 
 
 def default_config(p) -> Config:
-    return Config(block_p=64 if p.pass_ != "wgrad" else 128, block_o=64, num_warps=4)
+    block_o = _pow2_divisor(p.out_channels, 128)
+    if p.pass_ == "wgrad":
+        block_p = max(8, min(128, 8192 // (_k3p(p.out_spatial) * block_o)))  # forward kernel
+    else:
+        block_p = max(16, min(512, 4096 // block_o))
+    return Config(block_p, block_o, 4)
 
 
 def configs(p) -> list[Config]:
     base = default_config(p)
     out = [base]
-    for bp in (32, 64, 128, 256):
-        for bo in (32, 64, 128):
+    for scale_p in (1, 2, 0.5, 4, 0.25):
+        for scale_o in (1, 0.5, 2):
             for warps in (4, 8):
-                c = Config(bp, bo, warps)
+                bo = min(128, max(8, int(base.block_o * scale_o)))
+                bp = max(8, int(base.block_p * scale_p))
+                c = Config(bp, bo, warps, base.programs_per_sm)
                 if c not in out:
                     out.append(c)
     return out
@@ -82,40 +98,45 @@ def run(p, x, w, out, config: Config | None = None):
     D = p.ndim
     O, Cg, Og = p.out_channels, p.c_per_group, p.o_per_group
     rows = p.batch * math.prod(p.out_spatial)
+    K1, K2, K3 = pad3(p.kernel, 1)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
     grid = (cdiv(rows, config.block_p), cdiv(O, config.block_o))
     direct_fwd_kernel[grid](
         x, w, out, rows, O,
-        *pad3(p.in_spatial, 1), *pad3(p.out_spatial, 1), *pad3(p.kernel, 1),
+        *pad3(p.in_spatial, 1), *pad3(p.out_spatial, 1), K1, K2,
         *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
         sy[0], *spatial_strides(out, 1, D), sy[-2], sy[-1],
-        CG=Cg, OG=Og, FLIP=p.flip, INT64=needs_int64(x, w, out),
+        K3=K3, CG=Cg, OG=Og, FLIP=p.flip, INT64=needs_int64(x, w, out),
         BLOCK_P=config.block_p, BLOCK_O=config.block_o, num_warps=config.num_warps,
     )
 
 
 def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
+    """Rows split into chunks, one per program along the grid's first axis; each program's
+    partial weight gradient goes to a float32 workspace slice, summed afterwards."""
     from .depthwise_kernels import direct_wgrad_kernel
 
     D = p.ndim
     x, dy, dw, (stride, kdil, idil, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
-    Cg, Og = _group_sizes(p)
+    Cg, Og = group_channels(p)
     O = p.out_channels
-    taps = math.prod(kernel)
+    K1, K2, K3 = pad3(kernel, 1)
     rows = x.shape[0] * math.prod(out_spatial)
-    blocks = cdiv(rows, config.block_p)
-    ws = torch.empty((blocks, taps, Cg, O), device=x.device, dtype=torch.float32)
+    other = cdiv(O, config.block_o) * K1 * K2 * Cg
+    chunks = max(1, min(cdiv(rows, config.block_p), config.programs_per_sm * sm_count(x.device) // other))
+    rows_per_program = cdiv(cdiv(rows, chunks), config.block_p) * config.block_p
+    chunks = cdiv(rows, rows_per_program)
+    ws = torch.empty((chunks, K1 * K2 * K3, Cg, O), device=x.device, dtype=torch.float32)
     sx, sd = x.stride(), dy.stride()
-    grid = (blocks, cdiv(O, config.block_o))
-    direct_wgrad_kernel[grid](
-        x, dy, ws, rows, O,
-        *pad3(p.in_spatial, 1), *pad3(out_spatial, 1), *pad3(kernel, 1),
+    direct_wgrad_kernel[(chunks, cdiv(O, config.block_o), K1 * K2 * Cg)](
+        x, dy, ws, rows, rows_per_program, O,
+        *pad3(p.in_spatial, 1), *pad3(out_spatial, 1), K1, K2,
         *_geometry(stride, kdil, idil, lo),
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sd[0], *spatial_strides(dy, 1, D), sd[-2], sd[-1],
-        CG=Cg, OG=Og, INT64=needs_int64(x, dy),
+        K3=K3, K3P=_k3p(kernel), CG=Cg, OG=Og, INT64=needs_int64(x, dy),
         BLOCK_P=config.block_p, BLOCK_O=config.block_o, num_warps=config.num_warps,
     )
     # [taps, Cg, G*Og] -> dw [G, Og, *K, Cg]

@@ -1,7 +1,9 @@
 """Triton kernels of the direct small-group convolution (launchers in depthwise.py).
 
 Problems are padded to three spatial axes, as in implicit_gemm_kernels.py. Output channels are
-the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels.
+the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels. The
+last spatial axis's kernel length is a compile-time constant, so its taps are unrolled and their
+loads issued together; the input rows they read overlap and are served from L1.
 """
 
 import triton
@@ -11,18 +13,22 @@ from .kernel_utils import split_rows
 
 
 @triton.jit
-def _program_tile(ROWS, O, SO1, SO2, SO3, OG: tl.constexpr, INT64: tl.constexpr,
-                  BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr):
-    """This program's output positions (n, j1, j2, j3) and output-channel lanes (group g,
-    channel k within it), with their masks."""
-    offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
+def _lanes(O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexpr):
+    """This program's output-channel lanes: (group g, channel k within it, mask)."""
     offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
     g = offs_o // OG
     if INT64:
-        n = n.to(tl.int64)
         g = g.to(tl.int64)
-    return offs_p < ROWS, n, j1, j2, j3, offs_o < O, g, offs_o % OG
+    return g, offs_o % OG, offs_o < O
+
+
+@triton.jit
+def _positions(offs_p, ROWS, SO1, SO2, SO3, INT64: tl.constexpr):
+    """Flat output positions as (n, j1, j2, j3) and their mask."""
+    n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
+    if INT64:
+        n = n.to(tl.int64)
+    return offs_p < ROWS, n, j1, j2, j3
 
 
 @triton.jit
@@ -37,17 +43,19 @@ def _input_index(j, t, ST, KD, ID, LO, S, ok):
 def direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     ROWS, O,
-    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2,
     ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
     sxn, sx1, sx2, sx3, sxg, sxc,
     swg, swo, sw1, sw2, sw3, swc,
     syn, sy1, sy2, sy3, syg, syo,
-    CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
+    K3: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for BLOCK_P output positions x BLOCK_O output channels, on CUDA cores, fp32 accumulation."""
-    mask_p, n, j1, j2, j3, mask_o, g, k = _program_tile(ROWS, O, SO1, SO2, SO3, OG, INT64, BLOCK_P, BLOCK_O)
+    mask_p, n, j1, j2, j3 = _positions(tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P),
+                                       ROWS, SO1, SO2, SO3, INT64)
+    g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
     x_rows = x_ptr + n * sxn  # [BLOCK_P]
     x_lanes = g * sxg  # [BLOCK_O]
     w_lanes = w_ptr + g * swg + k * swo  # [BLOCK_O]
@@ -56,14 +64,15 @@ def direct_fwd_kernel(
         i1, ok1 = _input_index(j1, K1 - 1 - t1 if FLIP else t1, ST1, KD1, ID1, LO1, S1, mask_p)
         for t2 in range(0, K2):
             i2, ok2 = _input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, ok1)
-            for t3 in range(0, K3):
+            rows12 = x_rows + i1 * sx1 + i2 * sx2
+            w12 = w_lanes + t1 * sw1 + t2 * sw2
+            for t3 in tl.static_range(K3):
                 i3, ok = _input_index(j3, K3 - 1 - t3 if FLIP else t3, ST3, KD3, ID3, LO3, S3, ok2)
-                rows = x_rows + i1 * sx1 + i2 * sx2 + i3 * sx3
-                w_tap = w_lanes + t1 * sw1 + t2 * sw2 + t3 * sw3
+                rows = rows12 + i3 * sx3
                 for c in tl.static_range(CG):
                     xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
                                  mask=ok[:, None] & mask_o[None, :], other=0.0)
-                    wv = tl.load(w_tap + c * swc, mask=mask_o, other=0.0)
+                    wv = tl.load(w12 + t3 * sw3 + c * swc, mask=mask_o, other=0.0)
                     acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
     y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2 + j3 * sy3
     tl.store(y_rows[:, None] + (g * syg + k * syo)[None, :], acc.to(y_ptr.dtype.element_ty),
@@ -73,34 +82,40 @@ def direct_fwd_kernel(
 @triton.jit
 def direct_wgrad_kernel(
     x_ptr, dy_ptr, ws_ptr,
-    ROWS, O,
-    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
+    ROWS, ROWS_PER_PROGRAM, O,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2,
     ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
     sxn, sx1, sx2, sx3, sxg, sxc,
     sdn, sd1, sd2, sd3, sdg, sdo,
-    CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
+    K3: tl.constexpr, K3P: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr,
 ):
-    """ws[block, t, c, o] = sum over this program's BLOCK_P output positions r of
-    dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] (read-order taps t): partial weight
-    gradients, summed over blocks afterwards in a fixed order (deterministic)."""
-    mask_p, n, j1, j2, j3, mask_o, g, k = _program_tile(ROWS, O, SO1, SO2, SO3, OG, INT64, BLOCK_P, BLOCK_O)
-    dy = tl.load((dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + j3 * sd3)[:, None] + (g * sdg + k * sdo)[None, :],
-                 mask=mask_p[:, None] & mask_o[None, :], other=0.0).to(tl.float32)  # [BLOCK_P, BLOCK_O]
-    x_rows = x_ptr + n * sxn
-    x_lanes = g * sxg
-    taps = K1 * K2 * K3
-    ws = ws_ptr + tl.program_id(0).to(tl.int64) * taps * CG * O + g * OG + k
-    for t1 in range(0, K1):
+    """ws[chunk, (t1, t2, t3), c, o] = sum over the chunk's output positions r of
+    dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] for one (t1, t2, c) per program and every
+    t3 at once (a [K3P, BLOCK_P, BLOCK_O] accumulator): each dy tile is loaded once for a whole
+    kernel row, and the positions are reduced once at the end. Partial sums per chunk are summed
+    afterwards in a fixed order (deterministic)."""
+    pid_t = tl.program_id(2)
+    c = pid_t % CG
+    t2 = (pid_t // CG) % K2
+    t1 = pid_t // (CG * K2)
+    g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
+    t3 = tl.arange(0, K3P)
+    acc = tl.zeros((K3P, BLOCK_P, BLOCK_O), dtype=tl.float32)
+    start = tl.program_id(0) * ROWS_PER_PROGRAM
+    for r0 in range(start, start + ROWS_PER_PROGRAM, BLOCK_P):
+        mask_p, n, j1, j2, j3 = _positions(r0 + tl.arange(0, BLOCK_P), ROWS, SO1, SO2, SO3, INT64)
+        dy = tl.load((dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + j3 * sd3)[:, None] + (g * sdg + k * sdo)[None, :],
+                     mask=mask_p[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
         i1, ok1 = _input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
-        for t2 in range(0, K2):
-            i2, ok2 = _input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
-            for t3 in range(0, K3):
-                i3, ok = _input_index(j3, t3, ST3, KD3, ID3, LO3, S3, ok2)
-                rows = x_rows + i1 * sx1 + i2 * sx2 + i3 * sx3
-                tap = (t1 * K2 + t2) * K3 + t3
-                for c in tl.static_range(CG):
-                    xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
-                                 mask=ok[:, None] & mask_o[None, :], other=0.0)
-                    partial = tl.sum(xv.to(tl.float32) * dy, axis=0)  # [BLOCK_O]
-                    tl.store(ws + (tap * CG + c) * O, partial, mask=mask_o)
+        i2, ok2 = _input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
+        i3, ok = _input_index(j3[None, :], t3[:, None], ST3, KD3, ID3, LO3, S3, ok2[None, :] & (t3 < K3)[:, None])
+        rows = x_ptr + n * sxn + i1 * sx1 + i2 * sx2 + c * sxc  # [BLOCK_P]
+        xv = tl.load(rows[None, :, None] + (i3 * sx3)[:, :, None] + (g * sxg)[None, None, :],
+                     mask=ok[:, :, None] & mask_o[None, None, :], other=0.0)
+        acc += xv.to(tl.float32) * dy[None, :, :]
+    partial = tl.sum(acc, axis=1)  # [K3P, BLOCK_O]
+    tap = (t1 * K2 + t2) * K3 + t3
+    ws = ws_ptr + tl.program_id(0).to(tl.int64) * K1 * K2 * K3 * CG * O
+    tl.store(ws + ((tap * CG + c) * O)[:, None] + (g * OG + k)[None, :], partial,
+             mask=(t3 < K3)[:, None] & mask_o[None, :])

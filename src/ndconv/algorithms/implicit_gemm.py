@@ -25,10 +25,9 @@ from functools import lru_cache
 
 import torch
 
-from .triton_support import INTERPRET, cdiv, kernel_reason, needs_int64, pad3, spatial_strides
+from .triton_support import INTERPRET, cdiv, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
 
 NAME = "implicit_gemm"
-_SM_COUNT_FALLBACK = 132
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Config:
     block_k: int
     num_warps: int
     num_stages: int
-    packed: bool = False  # reduction over (tap, channel) pairs (small channel counts)
+    packed: bool = False  # reduction steps over (last-axis tap, channel) pairs (small channel counts)
     split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
     tapwise: bool = True  # weight gradient: column tiles within one tap (else (tap, channel) pairs)
 
@@ -83,7 +82,10 @@ def default_config(p) -> Config:
     else:
         block_m = 128 if M >= 4096 else 64
     short = K <= 128 and not packed  # few reduction steps: smaller steps, deeper pipeline
-    block_k = 32 if packed or short or not half else min(64, _pow2_at_least(p.c_per_group, 16, 64))
+    if packed:  # one step per row of last-axis taps where it fits
+        block_k = _pow2_at_least(p.kernel[-1] * p.c_per_group, 16, 64 if half else 32)
+    else:
+        block_k = 32 if short or not half else min(64, _pow2_at_least(p.c_per_group, 16, 64))
     warps = 8 if half and block_m * block_n >= 128 * 64 else 4  # fp32: 8 warps measured 40% slower
     stages = 4 if short else 3 if half else 2
     return Config(block_m, block_n, block_k, warps, stages, packed)
@@ -124,12 +126,6 @@ def _gathers_input(p) -> bool:
 
 def _precision(p) -> str:
     return "tf32" if p.allow_tf32 else "ieee"
-
-
-def _sm_count(device) -> int:
-    if device.type != "cuda":
-        return _SM_COUNT_FALLBACK
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def run(p, x, w, out, config: Config | None = None):
@@ -222,7 +218,7 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     tapwise = config.tapwise and ND >= 16  # column tiles within one tap: index math per row
     n_tiles = taps * cdiv(ND, bn) if tapwise else cdiv(taps * ND, bn)
     base_programs = cdiv(MD, bm) * n_tiles * G
-    split = config.split_k or max(1, min(4 * _sm_count(x.device) // base_programs, cdiv(rows, 8 * bk)))
+    split = config.split_k or max(1, min(4 * sm_count(x.device) // base_programs, cdiv(rows, 8 * bk)))
     rows_per_split = cdiv(cdiv(rows, split), bk) * bk
     split = cdiv(rows, rows_per_split)
     if split == 1:  # write the result directly: out_view [G, MD, *K, ND]

@@ -77,29 +77,38 @@ def conv_fwd_kernel(
     w_cols = w_ptr + g * swg + offs_n * swo  # [BLOCK_N] pointers
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if PACKED:  # small channel counts: the reduction runs over (tap, channel) pairs
-        k_total = taps * CG
-        for k0 in range(0, k_total, BLOCK_K):
+    if PACKED:  # small channel counts: the reduction runs over (last-axis tap, channel) pairs,
+        # contiguous in memory along a row when that axis is not dilated (e.g. the 7x3 inputs of a
+        # kernel row of an RGB stem); the other taps advance as counters
+        run = NT3 * CG
+        u1 = pid_z * 0
+        u2 = u1
+        k0 = u1
+        for kk in range(0, tl.where(taps > 0, NT1 * NT2, 0) * tl.cdiv(run, BLOCK_K)):
             offs_k = k0 + tl.arange(0, BLOCK_K)
-            mask_k = offs_k < k_total
-            tap = offs_k // CG
+            mask_k = offs_k < run
+            u3 = offs_k // CG
             c = offs_k % CG
-            u3 = tap % NT3
-            u2 = (tap // NT3) % NT2
-            u1 = tap // (NT3 * NT2)
-            ii1 = i1[:, None] + (u1 * US1)[None, :]  # [BLOCK_M, BLOCK_K]
-            ii2 = i2[:, None] + (u2 * US2)[None, :]
-            ii3 = i3[:, None] + (u3 * US3)[None, :]
-            ok = mask_m[:, None] & mask_k[None, :]
-            ok &= (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2) & (ii3 >= 0) & (ii3 < S3)
-            a = tl.load(x_rows[:, None] + ii1 * sx1 + ii2 * sx2 + ii3 * sx3 + (c * sxc)[None, :],
-                        mask=ok, other=0.0)
+            ii1 = i1 + u1 * US1
+            ii2 = i2 + u2 * US2
+            ok = mask_m & (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2)
+            ii3 = i3[:, None] + (u3 * US3)[None, :]  # [BLOCK_M, BLOCK_K]
+            ok2 = ok[:, None] & mask_k[None, :] & (ii3 >= 0) & (ii3 < S3)
+            a = tl.load((x_rows + ii1 * sx1 + ii2 * sx2 + i3 * sx3)[:, None] + (u3 * US3 * sx3 + c * sxc)[None, :],
+                        mask=ok2, other=0.0)
             t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
             t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             b = tl.load(w_cols[None, :] + (t1 * sw1 + t2 * sw2 + t3 * sw3 + c * swc)[:, None],
                         mask=mask_k[:, None] & mask_n[None, :], other=0.0)
             acc = _dot(a, b, acc, PRECISION, UPCAST)
+            k0 += BLOCK_K
+            next_tap = k0 >= run
+            k0 = tl.where(next_tap, 0, k0)
+            u2 = tl.where(next_tap, u2 + 1, u2)
+            carry = u2 >= NT2
+            u2 = tl.where(carry, 0, u2)
+            u1 = tl.where(carry, u1 + 1, u1)
     else:  # one tap at a time, channels in BLOCK_K chunks: contiguous, vectorised loads
         # the tap (u1, u2, u3) and channel chunk c0 advance as counters: no division in the loop
         u1 = pid_z * 0

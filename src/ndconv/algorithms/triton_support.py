@@ -63,3 +63,22 @@ def needs_int64(*tensors) -> bool:
     return any(
         sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) >= 2**31 for t in tensors
     )
+
+
+def group_channels(p) -> tuple[int, int]:
+    """(C/groups, O/groups) of the convolution a kernel computes for pass ``p``: the problem's
+    own, except for a weight gradient, which kernels compute from the natural operands of its
+    forward convolution (the rewritten problem swaps batch and channels)."""
+    if p.pass_ == "wgrad":
+        return p.batch, p.o_per_group
+    return p.c_per_group, p.o_per_group
+
+
+_SM_COUNT_FALLBACK = 132  # the H200's, for the interpreter's CPU tensors
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of ``device`` (grids are sized to fill them)."""
+    if device.type != "cuda":
+        return _SM_COUNT_FALLBACK
+    return torch.cuda.get_device_properties(device).multi_processor_count
