@@ -33,6 +33,8 @@ class Config:
     block_o: int  # output channels per program
     num_warps: int
     programs_per_sm: int = 4  # weight gradient: how many row chunks (and workspace slices)
+    tile_w: int = 0  # forward: positions along the last axis per tile (0: fit the axis)
+    unroll: int = 8  # taps along the last axis issued together
 
 
 def supports(p):
@@ -56,9 +58,13 @@ def _pow2_divisor(n: int, limit: int) -> int:
     return min(limit, 1 << (n - 1).bit_length())
 
 
+def _pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
 def _k3p(kernel) -> int:
     """The weight gradient's last kernel axis padded to a power of two (its accumulator axis)."""
-    return 1 << (kernel[-1] - 1).bit_length()
+    return _pow2_at_least(kernel[-1])
 
 
 def default_config(p) -> Config:
@@ -73,14 +79,16 @@ def default_config(p) -> Config:
 def configs(p) -> list[Config]:
     base = default_config(p)
     out = [base]
-    for scale_p in (1, 2, 0.5, 4, 0.25):
-        for scale_o in (1, 0.5, 2):
-            for warps in (4, 8):
-                bo = min(128, max(8, int(base.block_o * scale_o)))
-                bp = max(8, int(base.block_p * scale_p))
-                c = Config(bp, bo, warps, base.programs_per_sm)
-                if c not in out:
-                    out.append(c)
+    tile_ws = (0,) if p.pass_ == "wgrad" or p.ndim == 1 else (0, 8, 16, 32)
+    for scale_p in (1, 2, 0.5, 4):
+        for tile_w in tile_ws:
+            for scale_o in (1, 0.5, 2):
+                for warps in (4, 8):
+                    bo = min(128, max(8, int(base.block_o * scale_o)))
+                    bp = max(8, int(base.block_p * scale_p))
+                    c = Config(bp, bo, warps, base.programs_per_sm, tile_w, base.unroll)
+                    if c not in out:
+                        out.append(c)
     return out
 
 
@@ -97,19 +105,21 @@ def run(p, x, w, out, config: Config | None = None):
 
     D = p.ndim
     O, Cg, Og = p.out_channels, p.c_per_group, p.o_per_group
-    rows = p.batch * math.prod(p.out_spatial)
-    K1, K2, K3 = pad3(p.kernel, 1)
+    SO1, SO2, SO3 = pad3(p.out_spatial, 1)
+    K3 = p.kernel[-1]
+    tile_w = min(config.block_p, config.tile_w or _pow2_at_least(SO3))
+    tile_h = min(config.block_p // tile_w, _pow2_at_least(SO2))
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    grid = (cdiv(rows, config.block_p), cdiv(O, config.block_o))
+    grid = (p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, tile_w), cdiv(O, config.block_o))
     direct_fwd_kernel[grid](
-        x, w, out, rows, O,
-        *pad3(p.in_spatial, 1), *pad3(p.out_spatial, 1), K1, K2,
+        x, w, out, O,
+        *pad3(p.in_spatial, 1), SO1, SO2, SO3, *pad3(p.kernel, 1),
         *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
         sy[0], *spatial_strides(out, 1, D), sy[-2], sy[-1],
-        K3=K3, CG=Cg, OG=Og, FLIP=p.flip, INT64=needs_int64(x, w, out),
-        BLOCK_P=config.block_p, BLOCK_O=config.block_o, num_warps=config.num_warps,
+        U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip, INT64=needs_int64(x, w, out),
+        TILE_H=tile_h, TILE_W=tile_w, BLOCK_O=config.block_o, num_warps=config.num_warps,
     )
 
 

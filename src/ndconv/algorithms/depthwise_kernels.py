@@ -2,8 +2,9 @@
 
 Problems are padded to three spatial axes, as in implicit_gemm_kernels.py. Output channels are
 the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels. The
-last spatial axis's kernel length is a compile-time constant, so its taps are unrolled and their
-loads issued together; the input rows they read overlap and are served from L1.
+taps along the last spatial axis are unrolled (by U), so their loads are issued together; the
+input they read overlaps and is served from L1, which is why the forward kernel's output
+positions are a 2-D tile (TILE_H x TILE_W over the last two axes): its input patch is small.
 """
 
 import triton
@@ -42,38 +43,55 @@ def _input_index(j, t, ST, KD, ID, LO, S, ok):
 @triton.jit
 def direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
-    ROWS, O,
-    S1, S2, S3, SO1, SO2, SO3, K1, K2,
+    O,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
     ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
     sxn, sx1, sx2, sx3, sxg, sxc,
     swg, swo, sw1, sw2, sw3, swc,
     syn, sy1, sy2, sy3, syg, syo,
-    K3: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr,
+    U: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
+    TILE_H: tl.constexpr, TILE_W: tl.constexpr, BLOCK_O: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
-    for BLOCK_P output positions x BLOCK_O output channels, on CUDA cores, fp32 accumulation."""
-    mask_p, n, j1, j2, j3 = _positions(tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P),
-                                       ROWS, SO1, SO2, SO3, INT64)
+    for a TILE_H x TILE_W tile of output positions x BLOCK_O output channels, on CUDA cores,
+    fp32 accumulation."""
+    tiles_w = tl.cdiv(SO3, TILE_W)
+    tiles_h = tl.cdiv(SO2, TILE_H)
+    pid = tl.program_id(0)
+    tw = pid % tiles_w
+    th = (pid // tiles_w) % tiles_h
+    n1 = pid // (tiles_w * tiles_h)  # n * SO1 + j1
+    j1 = n1 % SO1
+    n = n1 // SO1
+    if INT64:
+        n = n.to(tl.int64)
+    offs = tl.arange(0, TILE_H * TILE_W)
+    j2 = th * TILE_H + offs // TILE_W
+    j3 = tw * TILE_W + offs % TILE_W
+    mask_p = (j2 < SO2) & (j3 < SO3)
     g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
-    x_rows = x_ptr + n * sxn  # [BLOCK_P]
     x_lanes = g * sxg  # [BLOCK_O]
     w_lanes = w_ptr + g * swg + k * swo  # [BLOCK_O]
-    acc = tl.zeros((BLOCK_P, BLOCK_O), dtype=tl.float32)
+    acc = tl.zeros((TILE_H * TILE_W, BLOCK_O), dtype=tl.float32)
     for t1 in range(0, K1):  # weight taps; the input is read at the flipped tap when FLIP
-        i1, ok1 = _input_index(j1, K1 - 1 - t1 if FLIP else t1, ST1, KD1, ID1, LO1, S1, mask_p)
+        u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1  # scalar
+        ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
+        x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
         for t2 in range(0, K2):
-            i2, ok2 = _input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, ok1)
-            rows12 = x_rows + i1 * sx1 + i2 * sx2
+            i2, ok2 = _input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
+            rows12 = x1 + i2 * sx2
             w12 = w_lanes + t1 * sw1 + t2 * sw2
-            for t3 in tl.static_range(K3):
-                i3, ok = _input_index(j3, K3 - 1 - t3 if FLIP else t3, ST3, KD3, ID3, LO3, S3, ok2)
-                rows = rows12 + i3 * sx3
-                for c in tl.static_range(CG):
-                    xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
-                                 mask=ok[:, None] & mask_o[None, :], other=0.0)
-                    wv = tl.load(w12 + t3 * sw3 + c * swc, mask=mask_o, other=0.0)
-                    acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+            for t3o in range(0, K3, U):
+                for t3i in tl.static_range(U):
+                    t3 = t3o + t3i
+                    i3, ok = _input_index(j3, K3 - 1 - t3 if FLIP else t3, ST3, KD3, ID3, LO3, S3, ok2)
+                    ok &= t3 < K3
+                    rows = rows12 + i3 * sx3
+                    for c in tl.static_range(CG):
+                        xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
+                                     mask=ok[:, None] & mask_o[None, :], other=0.0)
+                        wv = tl.load(w12 + t3 * sw3 + c * swc, mask=mask_o & (t3 < K3), other=0.0)
+                        acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
     y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2 + j3 * sy3
     tl.store(y_rows[:, None] + (g * syg + k * syo)[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=mask_p[:, None] & mask_o[None, :])
