@@ -68,12 +68,15 @@ def _k3p(kernel) -> int:
 
 
 def default_config(p) -> Config:
-    block_o = _pow2_divisor(p.out_channels, 128)
+    """Measured on the H200 (bf16, tools/tune.py; docs/PERFORMANCE.md): 32-channel blocks for
+    2-D and 3-D problems (128 for long 1-D sequences) and 128-position tiles; the weight
+    gradient's accumulator [K3P, block_p, block_o] kept near 2K elements per warp."""
+    one_d = p.ndim == 1
+    block_o = _pow2_divisor(p.out_channels, 128) if one_d else min(32, _pow2_divisor(p.out_channels, 128))
     if p.pass_ == "wgrad":
         block_p = max(8, min(128, 8192 // (_k3p(p.out_spatial) * block_o)))  # forward kernel
-    else:
-        block_p = max(16, min(512, 4096 // block_o))
-    return Config(block_p, block_o, 4)
+        return Config(block_p, block_o, 4, programs_per_sm=2 if one_d else 4)
+    return Config(32 if one_d else 128, block_o, 4)
 
 
 def configs(p) -> list[Config]:

@@ -77,16 +77,14 @@ def default_config(p) -> Config:
     # the widest output-channel tile that wastes at most a quarter of the columns it covers
     block_n = next(bn for bn in (256, 128, 64, 32, 16) if bn <= (256 if half else 64) and
                    (bn == 16 or -(-N // bn) * bn <= 1.25 * N))
-    if block_n == 128 and half and K >= 1024 and M >= 65536:
+    if (block_n == 128 and half and K >= 1024 or packed and half and N <= 64) and M >= 65536:
         block_m = 256
     else:
         block_m = 128 if M >= 4096 else 64
     short = K <= 128 and not packed  # few reduction steps: smaller steps, deeper pipeline
-    if packed:  # one step per row of last-axis taps where it fits
-        block_k = _pow2_at_least(p.kernel[-1] * p.c_per_group, 16, 64 if half else 32)
-    else:
-        block_k = 32 if short or not half else min(64, _pow2_at_least(p.c_per_group, 16, 64))
-    warps = 8 if half and block_m * block_n >= 128 * 64 else 4  # fp32: 8 warps measured 40% slower
+    block_k = 16 if packed else 32 if short or not half else min(64, _pow2_at_least(p.c_per_group, 16, 64))
+    # fp32: 8 warps measured 40% slower; packed (stems): 4 warps with 256-row tiles, 16-wide steps
+    warps = 8 if half and not packed and block_m * block_n >= 128 * 64 else 4
     stages = 4 if short else 3 if half else 2
     return Config(block_m, block_n, block_k, warps, stages, packed)
 
