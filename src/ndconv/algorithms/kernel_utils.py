@@ -22,3 +22,14 @@ def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def downcast(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 ``x`` as ``dtype``, rounded to nearest even. The GPU's conversion does that; Triton's
+    interpreter truncates to bfloat16 (twice the error), so there the rounding is done on the bits."""
+    if INTERPRET and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return x.to(dtype)
