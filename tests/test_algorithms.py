@@ -17,9 +17,11 @@ HALF_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
 # problem (the others must say why they refuse one).
 ALGORITHM_DTYPES = {"gemm": [torch.float64, *HALF_AND_SINGLE], "native": [torch.float64, *HALF_AND_SINGLE],
                     "implicit_gemm": HALF_AND_SINGLE, "depthwise": HALF_AND_SINGLE,
-                    "grouped": HALF_AND_SINGLE}
+                    "grouped": HALF_AND_SINGLE, "winograd": HALF_AND_SINGLE}
 COVERS_EVERY_PROBLEM = {"gemm", "native", "implicit_gemm"}
 ALGORITHMS = list(ALGORITHM_DTYPES)
+# hypothesis draws 1-3 channels per group, which Winograd refuses (test_winograd draws its own)
+RANDOM_ALGORITHMS = [name for name in ALGORITHMS if name != "winograd"]
 assert set(ALGORITHMS) == set(REGISTRY) - {"reference"}, "add the new algorithm's dtypes here"
 
 
@@ -66,7 +68,7 @@ def test_small_group_algorithms_take_their_problems_and_say_why_they_refuse_othe
     assert taken["depthwise"] >= 9 and taken["grouped"] >= 10, taken
 
 
-@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("name", RANDOM_ALGORITHMS)
 @given(drawn=conv_args(), pass_=st.sampled_from(PASSES), seed=st.integers(0, 2**16))
 def test_algorithm_matches_reference_random(name, drawn, pass_, seed):
     x_shape, w_shape, args = drawn

@@ -5,6 +5,6 @@
 never parse user arguments and never call the planner.
 """
 
-from . import depthwise, gemm, grouped, implicit_gemm, native, reference
+from . import depthwise, gemm, grouped, implicit_gemm, native, reference, winograd
 
-REGISTRY = {module.NAME: module for module in (depthwise, grouped, implicit_gemm, native, gemm, reference)}
+REGISTRY = {module.NAME: module for module in (depthwise, grouped, implicit_gemm, winograd, native, gemm, reference)}

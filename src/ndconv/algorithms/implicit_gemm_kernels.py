@@ -8,15 +8,7 @@ dilation, ``LO`` low pad (dilated coordinates), per axis 1..3; ``s*`` are elemen
 import triton
 import triton.language as tl
 
-from .kernel_utils import split_rows
-
-
-@triton.jit
-def _dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    if UPCAST:  # Triton's interpreter computes half-precision dots wrongly; the GPU never upcasts
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    return tl.dot(a, b, acc, input_precision=PRECISION)
+from .kernel_utils import dot, split_rows
 
 
 @triton.jit
@@ -101,7 +93,7 @@ def conv_fwd_kernel(
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             b = tl.load(w_cols[None, :] + (t1 * sw1 + t2 * sw2 + t3 * sw3 + c * swc)[:, None],
                         mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-            acc = _dot(a, b, acc, PRECISION, UPCAST)
+            acc = dot(a, b, acc, PRECISION, UPCAST)
             k0 += BLOCK_K
             next_tap = k0 >= run
             k0 = tl.where(next_tap, 0, k0)
@@ -129,7 +121,7 @@ def conv_fwd_kernel(
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             b = tl.load(w_cols[None, :] + t1 * sw1 + t2 * sw2 + t3 * sw3 + (offs_c * swc)[:, None],
                         mask=mask_c[:, None] & mask_n[None, :], other=0.0)
-            acc = _dot(a, b, acc, PRECISION, UPCAST)
+            acc = dot(a, b, acc, PRECISION, UPCAST)
             c0 += BLOCK_K
             next_tap = c0 >= CG
             c0 = tl.where(next_tap, 0, c0)
@@ -230,7 +222,7 @@ def conv_wgrad_kernel(
         else:
             b = tl.load(s_rows[:, None] + pos1 * ss1 + pos2 * ss2 + pos3 * ss3 + (c * ssc)[None, :],
                         mask=ok, other=0.0)
-        acc = _dot(tl.trans(a), b, acc, PRECISION, UPCAST)
+        acc = dot(tl.trans(a), b, acc, PRECISION, UPCAST)
 
     out = out_ptr + split * sos + g * sog
     cols = t1 * so1 + t2 * so2 + t3 * so3 + c * son

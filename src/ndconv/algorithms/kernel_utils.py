@@ -1,7 +1,7 @@
 """@triton.jit helpers shared by the kernels."""
 
 import triton
-import triton.language as tl  # noqa: F401  (Triton requires it in a jit function's module)
+import triton.language as tl
 
 
 @triton.jit
@@ -12,3 +12,24 @@ def split_rows(rows, S1, S2, S3):
     i2 = rest % S2
     rest = rest // S2
     return rest // S1, rest % S1, i2, i3
+
+
+@triton.jit
+def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b. UPCAST: Triton's interpreter computes half-precision dots wrongly; the GPU
+    never upcasts."""
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def downcast(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 ``x`` as ``dtype``, rounded to nearest even. The GPU's conversion does that; Triton's
+    interpreter truncates to bfloat16 (twice the error), so there the rounding is done on the bits."""
+    if INTERPRET and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return x.to(dtype)
