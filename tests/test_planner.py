@@ -312,6 +312,20 @@ def test_explain_transposed():
     assert "output phases" in _rows(e)["implicit_gemm"].reason
 
 
+@pytest.mark.parametrize("x, w", [((2, 9, 5), (6, 3, 5)), ((1, 4, 5, 4, 3), (4, 3, 3, 3, 3))], ids=["1d", "3d"])
+def test_explain_1d_and_3d(x, w):
+    e = ndconv.explain(x, w, padding=1, dtype=torch.bfloat16)
+    assert f"x={list(x)}" in str(e) and "bfloat16" in str(e)
+    assert all(e.chosen(q) == "native" for q in ("fwd", "dgrad", "wgrad"))
+    assert len(e.rows) == 3 * len(REGISTRY)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="shows a CUDA problem on a machine without one")
+def test_explain_a_cuda_problem_without_a_gpu():
+    e = ndconv.explain((2, 8, 8, 16), (32, 3, 3, 16), device="cuda", dtype=torch.float16)
+    assert "needs an NVIDIA GPU" in _rows(e)["implicit_gemm"].reason and e.chosen() == "native"
+
+
 def test_explain_forced(monkeypatch):
     e = ndconv.explain((2, 8, 8, 4), (4, 3, 3, 4), padding=1, algorithm="gemm")
     assert all(e.chosen(q) == "gemm" and e.plans[q].source == "forced" for q in ("fwd", "dgrad", "wgrad"))
@@ -335,6 +349,16 @@ def test_explain_tuned(fakes):
     ndconv.autotune(False)
     off = ndconv.explain(**shapes)
     assert off.chosen() == "reference" and "tuned choice fast" in str(off)
+
+
+def test_explain_command_options(capsys):
+    from ndconv import cli
+
+    assert cli.main(["explain", "--x", "2,8,8,4", "--w", "4,3,3,4", "--algorithm", "gemm", "--dtype", "float16"]) == 0
+    out = capsys.readouterr().out
+    assert "forced by algorithm=gemm" in out and "float16" in out
+    assert cli.main(["explain", "--x", "2,8,8,4", "--w", "4,3,3,4", "--autotune"]) == 0
+    assert "not tuned yet" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------- threads

@@ -253,14 +253,15 @@ def explain(
     flip=False,
     *,
     algorithm: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
 ) -> planner.Explanation:
     """Which algorithm ``conv_general`` would run for each pass (forward, input gradient,
-    weight gradient), and why each algorithm can or cannot run it. ``input`` and ``weight`` are
-    tensors or shapes (shapes mean float32 on the CPU). Nothing is computed."""
+    weight gradient), why each algorithm can or cannot run it, and the tuned timings when the
+    tuning cache has them. ``input`` and ``weight`` are tensors or shapes (shapes are of
+    ``dtype`` on ``device``). Nothing is computed or tuned."""
     if isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor):
         dtype, device = _check_tensors("explain", input, weight), input.device
-    else:
-        dtype, device = torch.float32, "cpu"
     p = make_problem(
         tuple(input.shape if isinstance(input, torch.Tensor) else input),
         tuple(weight.shape if isinstance(weight, torch.Tensor) else weight),
