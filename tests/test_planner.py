@@ -110,6 +110,29 @@ def test_forced_plans_are_cached_apart_from_chosen_ones(monkeypatch):
     assert planner.plan(p).name == "native"
 
 
+def test_cached_calls_neither_validate_nor_plan_again(monkeypatch):
+    x, w = torch.randn(1, 5, 5, 2), torch.randn(3, 3, 3, 2)
+    expected = ndconv.conv2d(x, w, padding=1)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("repeated work on a cached call")
+
+    monkeypatch.setattr(ConvProblem, "create", fail)
+    monkeypatch.setattr(planner, "_choose", fail)
+    torch.testing.assert_close(ndconv.conv2d(x, w, padding=1), expected)
+    torch.testing.assert_close(ndconv.conv2d(x, w, 1, [1]), expected)  # another spelling
+    torch.testing.assert_close(ndconv.conv_general(x, w, [1, 1], [1, 1], [1, 1]), expected)  # another function
+
+
+def test_cached_calls_still_reject_what_the_parsers_reject():
+    x, w = torch.randn(1, 5, 5, 2), torch.randn(2, 3, 3, 2)
+    ndconv.conv_general(x, w, stride=1, groups=1)
+    with pytest.raises(ValueError, match="stride must be an int"):
+        ndconv.conv_general(x, w, stride=True)  # True == 1, but not for the parser
+    with pytest.raises(ValueError, match="groups must be a positive integer"):
+        ndconv.conv_general(x, w, groups=True)
+
+
 # ---------------------------------------------------------------------- autotuning
 
 
