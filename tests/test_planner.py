@@ -121,7 +121,7 @@ def test_cached_calls_neither_validate_nor_plan_again(monkeypatch):
     monkeypatch.setattr(planner, "_choose", fail)
     torch.testing.assert_close(ndconv.conv2d(x, w, padding=1), expected)
     torch.testing.assert_close(ndconv.conv2d(x, w, 1, [1]), expected)  # another spelling
-    torch.testing.assert_close(ndconv.conv_general(x, w, [1, 1], [1, 1], [1, 1]), expected)  # another function
+    torch.testing.assert_close(ndconv.conv_general(x, w, [1, 1], [1, 1], [1, 1]), expected)  # conv_general
 
 
 def test_cached_calls_still_reject_what_the_parsers_reject():
@@ -294,8 +294,8 @@ planner.plan(api.make_problem((1, 6, 6, c), (2, 3, 3, c), padding=1))
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # native and gemm only
     env["PYTHONPATH"] = SRC
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(c)], env=env, stderr=subprocess.PIPE, text=True)
-             for c in (1, 2, 3, 5)]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(c)], env=env, stderr=subprocess.PIPE,
+                              text=True) for c in (1, 2, 3, 5)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, proc.stderr.read()
     keys = list(_entries())
@@ -335,7 +335,8 @@ def test_explain_transposed():
     assert "output phases" in _rows(e)["implicit_gemm"].reason
 
 
-@pytest.mark.parametrize("x, w", [((2, 9, 5), (6, 3, 5)), ((1, 4, 5, 4, 3), (4, 3, 3, 3, 3))], ids=["1d", "3d"])
+@pytest.mark.parametrize("x, w", [((2, 9, 5), (6, 3, 5)), ((1, 4, 5, 4, 3), (4, 3, 3, 3, 3))],
+                         ids=["1d", "3d"])
 def test_explain_1d_and_3d(x, w):
     e = ndconv.explain(x, w, padding=1, dtype=torch.bfloat16)
     assert f"x={list(x)}" in str(e) and "bfloat16" in str(e)
@@ -377,10 +378,11 @@ def test_explain_tuned(fakes):
 def test_explain_command_options(capsys):
     from ndconv import cli
 
-    assert cli.main(["explain", "--x", "2,8,8,4", "--w", "4,3,3,4", "--algorithm", "gemm", "--dtype", "float16"]) == 0
+    args = ["explain", "--x", "2,8,8,4", "--w", "4,3,3,4"]
+    assert cli.main([*args, "--algorithm", "gemm", "--dtype", "float16"]) == 0
     out = capsys.readouterr().out
     assert "forced by algorithm=gemm" in out and "float16" in out
-    assert cli.main(["explain", "--x", "2,8,8,4", "--w", "4,3,3,4", "--autotune"]) == 0
+    assert cli.main([*args, "--autotune"]) == 0
     assert "not tuned yet" in capsys.readouterr().out
 
 
@@ -393,7 +395,8 @@ def test_threads_share_the_caches(monkeypatch):
     g = torch.Generator().manual_seed(0)
     cases = [(torch.randn(2, s, s, c, generator=g), torch.randn(o, k, k, c, generator=g), k // 2)
              for s, c, o, k in ((5, 2, 3, 3), (6, 3, 2, 1), (7, 4, 4, 3), (4, 1, 5, 5), (8, 2, 2, 3))]
-    expected = [F.conv2d(x.movedim(-1, 1), w.movedim(-1, 1), padding=pad).movedim(1, -1) for x, w, pad in cases]
+    expected = [F.conv2d(x.movedim(-1, 1), w.movedim(-1, 1), padding=pad).movedim(1, -1)
+                for x, w, pad in cases]
     errors = []
 
     def work(offset):

@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     ex.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ex.add_argument("--algorithm", help="show this algorithm forced")
     ex.add_argument("--autotune", action="store_true",
-                    help="show the tuned choices of the tuning cache (as NDCONV_AUTOTUNE=1; nothing is tuned)")
+                    help="show the tuning cache's choices (as NDCONV_AUTOTUNE=1; nothing is tuned)")
     ex.set_defaults(func=_explain)
 
     args = parser.parse_args(argv)

@@ -195,8 +195,8 @@ def _tuned(p: ConvProblem) -> Plan:
                 heuristic = _choose(p)
                 tuned = tuning.tune(p, heuristic.name)
                 if tuned is None:
-                    warnings.warn(f"autotune: no candidate computed {p} correctly; using the heuristic choice",
-                                  stacklevel=4)
+                    warnings.warn(f"autotune: no candidate computed {p} correctly; using the heuristic "
+                                  "choice", stacklevel=4)
                     return heuristic
                 store.put(p, tuned)
     return _tuned_plan(tuned)
@@ -251,12 +251,14 @@ def explain(p: ConvProblem, algorithm: str | None = None) -> Explanation:
             elif tuned is not None:
                 note = f"tuned choice {tuned.algorithm} ({tuned.best_ms:.4g} ms) is used with autotune on"
         if tuned is not None and tuned.rejected:
-            note += ("; " if note else "") + f"{len(tuned.rejected)} candidate(s) rejected as wrong or failing"
+            rejected = f"{len(tuned.rejected)} candidate(s) rejected as wrong or failing"
+            note = f"{note}; {rejected}" if note else rejected
         plans[q.pass_], notes[q.pass_] = chosen, note
         for name, module in REGISTRY.items():
             ok, reason = module.supports(q)
             if name == chosen.name:
                 reason = chosen.reason
             times = tuned.timings_ms.get(name) if tuned is not None else None
-            rows.append(Row(q.pass_, name, ok, reason, name == chosen.name, min(times.values()) if times else None))
+            best_ms = min(times.values()) if times else None
+            rows.append(Row(q.pass_, name, ok, reason, name == chosen.name, best_ms))
     return Explanation(p, tuple(rows), plans, notes)

@@ -199,9 +199,10 @@ def _read(path: Path) -> tuple[dict, str | None]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         return {}, f"corrupt ({e})"
-    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("entries"), dict):
+    entries = data.get("entries") if isinstance(data, dict) and data.get("version") == VERSION else None
+    if not isinstance(entries, dict):
         return {}, f"not an ndconv tuning cache of version {VERSION}"
-    return data["entries"], None
+    return entries, None
 
 
 @contextmanager
