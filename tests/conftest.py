@@ -7,7 +7,23 @@ if not os.environ.get("CUDA_VISIBLE_DEVICES") and not os.path.exists("/dev/nvidi
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=60, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_planner(tmp_path, monkeypatch):
+    """Each test starts with empty plan caches, autotuning off and its own tuning-cache directory
+    (never the user's)."""
+    from ndconv import planner
+
+    monkeypatch.setenv("NDCONV_CACHE_DIR", str(tmp_path / "ndconv-cache"))
+    monkeypatch.delenv("NDCONV_AUTOTUNE", raising=False)
+    monkeypatch.delenv("NDCONV_PLAN_CACHE_SIZE", raising=False)
+    previous = planner.autotune(False)
+    planner.clear_cache()
+    yield
+    planner.autotune(previous)

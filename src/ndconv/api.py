@@ -70,6 +70,37 @@ def _check_tensors(op: str, input, weight) -> torch.dtype:
     return torch.promote_types(input.dtype, weight.dtype)
 
 
+def _frozen(value):
+    """An argument as a hashable key that keeps every distinction the parsers make (ints, and
+    sequences of them, which lists and tuples spell alike); TypeError for anything else."""
+    if type(value) is int:
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    raise TypeError(value)
+
+
+def _call_key(input, weight, stride, padding, kernel_dilation, input_dilation, groups, flip):
+    """What a conv_general call's problem depends on, or None when that is not hashable (such
+    calls take the uncached path, which reports their errors; the calling function's name only
+    shows in errors, so it is not part of the key)."""
+    if type(groups) is not int:
+        return None
+    try:
+        return (
+            input.shape, weight.shape, input.dtype, weight.dtype, input.device, weight.device,
+            _frozen(stride), _frozen(padding), _frozen(kernel_dilation), _frozen(input_dilation),
+            groups, bool(flip), torch.backends.cudnn.allow_tf32,
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
+# Problems of recent calls (validation and construction happen once per distinct call), as
+# many as the plan cache holds.
+_problems = planner.LRU(planner.cache_capacity())
+
+
 def make_problem(
     x_shape,
     w_shape,
@@ -140,23 +171,34 @@ def conv_general(
     Returns:
         ``[N, *spatial_out, O]`` in the promoted dtype.
     """
-    dtype = _check_tensors(_op, input, weight)
     if algorithm is not None:
         planner.lookup(algorithm)
-    p = make_problem(
-        input.shape,
-        weight.shape,
-        dtype=dtype,
-        device=input.device,
-        stride=stride,
-        padding=padding,
-        kernel_dilation=kernel_dilation,
-        input_dilation=input_dilation,
-        groups=groups,
-        flip=flip,
-        op=_op,
-    )
-    return convolve(p, input.to(dtype), weight.to(dtype), algorithm)
+    # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
+    key = None if torch.compiler.is_compiling() else _call_key(
+        input, weight, stride, padding, kernel_dilation, input_dilation, groups, flip)
+    p = _problems.get(key) if key is not None else None
+    if p is None:
+        _check_tensors(_op, input, weight)
+        p = make_problem(
+            input.shape,
+            weight.shape,
+            dtype=torch.promote_types(input.dtype, weight.dtype),
+            device=input.device,
+            stride=stride,
+            padding=padding,
+            kernel_dilation=kernel_dilation,
+            input_dilation=input_dilation,
+            groups=groups,
+            flip=flip,
+            op=_op,
+        )
+        if key is not None:
+            _problems.put(key, p)
+    if input.dtype != p.dtype:
+        input = input.to(p.dtype)
+    if weight.dtype != p.dtype:
+        weight = weight.to(p.dtype)
+    return convolve(p, input, weight, algorithm)
 
 
 def _check_wrapper_ndim(op: str, input) -> int:
@@ -253,14 +295,15 @@ def explain(
     flip=False,
     *,
     algorithm: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
 ) -> planner.Explanation:
     """Which algorithm ``conv_general`` would run for each pass (forward, input gradient,
-    weight gradient), and why each algorithm can or cannot run it. ``input`` and ``weight`` are
-    tensors or shapes (shapes mean float32 on the CPU). Nothing is computed."""
+    weight gradient), why each algorithm can or cannot run it, and the tuned timings when the
+    tuning cache has them. ``input`` and ``weight`` are tensors or shapes (shapes are of
+    ``dtype`` on ``device``). Nothing is computed or tuned."""
     if isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor):
         dtype, device = _check_tensors("explain", input, weight), input.device
-    else:
-        dtype, device = torch.float32, "cpu"
     p = make_problem(
         tuple(input.shape if isinstance(input, torch.Tensor) else input),
         tuple(weight.shape if isinstance(weight, torch.Tensor) else weight),

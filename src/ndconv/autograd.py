@@ -93,4 +93,6 @@ def convolve(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, algorithm: str | 
     x, w = x.contiguous(), w.contiguous()
     if torch.compiler.is_compiling():
         return _conv_op(x, w, p.to_ints(), algorithm or "")
-    return _Convolution.apply(x, w, p, algorithm)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return _Convolution.apply(x, w, p, algorithm)
+    return run(p, x, w, algorithm)  # nothing to differentiate: skip autograd's bookkeeping

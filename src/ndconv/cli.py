@@ -87,6 +87,7 @@ def _bench(args) -> int:
 
 
 def _explain(args) -> int:
+    from . import planner
     from .api import explain
 
     x = [int(s) for s in args.x.split(",")]
@@ -95,8 +96,11 @@ def _explain(args) -> int:
     padding = ints(args.padding)
     if args.padding_hi is not None:
         padding = (padding, ints(args.padding_hi))
+    if args.autotune:
+        planner.autotune(True)
     print(explain(x, w, ints(args.stride), padding, ints(args.kernel_dilation),
-                  ints(args.input_dilation), args.groups, args.flip))
+                  ints(args.input_dilation), args.groups, args.flip, algorithm=args.algorithm,
+                  dtype=_DTYPES[args.dtype], device=args.device))
     return 0
 
 
@@ -132,6 +136,11 @@ def main(argv=None) -> int:
     ex.add_argument("--input-dilation", default="1")
     ex.add_argument("--groups", type=int, default=1)
     ex.add_argument("--flip", action="store_true")
+    ex.add_argument("--dtype", choices=list(_DTYPES), default="float32")
+    ex.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ex.add_argument("--algorithm", help="show this algorithm forced")
+    ex.add_argument("--autotune", action="store_true",
+                    help="show the tuning cache's choices (as NDCONV_AUTOTUNE=1; nothing is tuned)")
     ex.set_defaults(func=_explain)
 
     args = parser.parse_args(argv)

@@ -1,20 +1,29 @@
 """The planner: which algorithm runs a problem, and why.
 
-``plan(p)`` filters the registry by ``supports(p)`` and takes the first algorithm in preference
-order (heuristics for now; measurement comes with autotuning). ``algorithm=`` or the
-``NDCONV_ALGORITHM`` variable forces one. ``explain(p)`` shows the whole decision.
+``plan(p)`` returns the forced algorithm (``algorithm=`` or ``NDCONV_ALGORITHM``), else with
+autotuning on (``autotune(True)`` or ``NDCONV_AUTOTUNE=1``) the measured fastest correct
+candidate (see ``tuning``), else the first algorithm in preference order that supports ``p``.
+Plans are kept in a thread-safe LRU keyed by the problem (``NDCONV_PLAN_CACHE_SIZE`` entries,
+default 128), so a repeated problem costs one dictionary lookup. ``explain(p)`` shows the whole
+decision.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from functools import lru_cache
+import threading
+import warnings
+from collections import OrderedDict, namedtuple
+from dataclasses import dataclass, field
 
+from . import tuning
 from .algorithms import REGISTRY
 from .problem import ConvProblem
 
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
+ENV_AUTOTUNE = "NDCONV_AUTOTUNE"
+ENV_PLAN_CACHE_SIZE = "NDCONV_PLAN_CACHE_SIZE"
+DEFAULT_PLAN_CACHE_SIZE = 128
 
 # Preference order per device: the first algorithm that supports a problem runs it.
 # - GPU: the direct kernel takes depthwise convolutions and channel multipliers (a tensor-core
@@ -34,10 +43,89 @@ class Plan:
     algorithm: object  # an algorithms module
     config: object
     reason: str
+    source: str = "heuristic"  # or "tuned", "forced"
+    tuned: tuning.Tuned | None = field(default=None, repr=False)  # the measurements behind "tuned"
 
     @property
     def name(self) -> str:
         return self.algorithm.NAME
+
+
+CacheInfo = namedtuple("CacheInfo", "hits misses size capacity")
+
+
+class LRU:
+    """A thread-safe least-recently-used map with hit and miss counts (values are never None)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.hits = self.misses = 0
+        self._data = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            value = self._data.get(key)
+            if value is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.capacity:
+                self._data.popitem(last=False)
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(self.hits, self.misses, len(self._data), self.capacity)
+
+
+def cache_capacity() -> int:
+    """Entries of the plan cache, from NDCONV_PLAN_CACHE_SIZE (0 turns caching off)."""
+    value = os.environ.get(ENV_PLAN_CACHE_SIZE)
+    if value is None:
+        return DEFAULT_PLAN_CACHE_SIZE
+    try:
+        size = int(value)
+        if size < 0:
+            raise ValueError
+    except ValueError:
+        warnings.warn(f"{ENV_PLAN_CACHE_SIZE} must be a non-negative integer, got {value!r}; "
+                      f"using {DEFAULT_PLAN_CACHE_SIZE}", stacklevel=2)
+        return DEFAULT_PLAN_CACHE_SIZE
+    return size
+
+
+_plans = LRU(cache_capacity())
+_autotune = os.environ.get(ENV_AUTOTUNE, "0") not in ("", "0")
+_tune_lock = threading.Lock()  # one tuning at a time: concurrent timings would disturb each other
+
+
+def autotune(enabled: bool = True) -> bool:
+    """Turns autotuning on or off for this process; returns the previous setting."""
+    global _autotune
+    previous, _autotune = _autotune, bool(enabled)
+    return previous
+
+
+def autotuning() -> bool:
+    return _autotune
+
+
+def clear_cache() -> None:
+    """Empties the plan cache (re-reading its capacity) and forgets in-memory tuning results."""
+    global _plans
+    _plans = LRU(cache_capacity())
+    tuning.reset()
+
+
+def cache_info() -> CacheInfo:
+    return _plans.info()
 
 
 def algorithm_names() -> tuple[str, ...]:
@@ -56,28 +144,66 @@ def lookup(name: str, source: str = "algorithm="):
 
 def plan(p: ConvProblem, algorithm: str | None = None) -> Plan:
     """The plan for ``p``: the forced algorithm if any (ValueError if it cannot run ``p``),
-    else the heuristic choice."""
+    else the tuned choice when autotuning, else the heuristic choice."""
     source = "algorithm="
     if algorithm is None:
         algorithm = os.environ.get(ENV_ALGORITHM) or None
         source = ENV_ALGORITHM
-    if algorithm is None:
-        return _choose(p)
+    key = (p, "tuned" if _autotune else None) if algorithm is None else (p, algorithm, source)
+    found = _plans.get(key)
+    if found is None:
+        if algorithm is not None:
+            found = _forced(p, algorithm, source)
+        else:
+            found = _tuned(p) if _autotune else _choose(p)
+        _plans.put(key, found)
+    return found
+
+
+def _forced(p: ConvProblem, algorithm: str, source: str) -> Plan:
     module = lookup(algorithm, source)
     ok, reason = module.supports(p)
     if not ok:
         raise ValueError(f"{source}: algorithm {algorithm!r} cannot run {p}: {reason}")
-    return Plan(module, module.default_config(p), f"forced by {source}{algorithm}")
+    how = source if source.endswith("=") else f"{source}="
+    return Plan(module, module.default_config(p), f"forced by {how}{algorithm}", "forced")
 
 
-@lru_cache(maxsize=128)
 def _choose(p: ConvProblem) -> Plan:
     for name in PREFERENCE.get(p.device, PREFERENCE["cpu"]):
-        module = REGISTRY[name]
-        ok, reason = module.supports(p)
-        if ok:
-            return Plan(module, module.default_config(p), f"first in preference order: {reason}")
+        module = REGISTRY.get(name)  # an optional algorithm may be absent
+        if module is not None:
+            ok, reason = module.supports(p)
+            if ok:
+                return Plan(module, module.default_config(p), f"first in preference order: {reason}")
     raise AssertionError(f"no algorithm supports {p}")  # the reference supports everything
+
+
+def _tuned_plan(tuned: tuning.Tuned) -> Plan:
+    n = sum(len(t) for t in tuned.timings_ms.values())
+    reason = f"fastest of {n} correct candidates: {tuned.best_ms:.4g} ms"
+    return Plan(REGISTRY[tuned.algorithm], tuned.config, reason, "tuned", tuned)
+
+
+def _tuned(p: ConvProblem) -> Plan:
+    """The tuned plan of ``p``: from memory or the persistent cache, else measured now."""
+    store = tuning.store()
+    tuned = store.get(p)
+    if tuned is None:
+        with _tune_lock:
+            tuned = store.get(p)  # another thread may have tuned it meanwhile
+            if tuned is None:
+                heuristic = _choose(p)
+                tuned = tuning.tune(p, heuristic.name)
+                if tuned is None:
+                    warnings.warn(f"autotune: no candidate computed {p} correctly; using the heuristic "
+                                  "choice", stacklevel=4)
+                    return heuristic
+                store.put(p, tuned)
+    return _tuned_plan(tuned)
+
+
+Row = namedtuple("Row", "pass_ algorithm supported reason chosen best_ms")
 
 
 @dataclass(frozen=True)
@@ -85,29 +211,55 @@ class Explanation:
     """Every algorithm's verdict on a problem's three passes, and the planner's choice."""
 
     problem: ConvProblem
-    rows: tuple  # (pass, algorithm, supported, reason, chosen)
+    rows: tuple  # of Row: (pass, algorithm, supported, reason, chosen, best tuned ms or None)
+    plans: dict  # pass -> Plan
+    notes: dict  # pass -> a remark on where the choice came from (may be empty)
 
     def chosen(self, pass_: str = "fwd") -> str:
-        return next(r[1] for r in self.rows if r[0] == pass_ and r[4])
+        return self.plans[pass_].name
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem}"]
-        width = max(len(name) for name in REGISTRY)
-        for pass_, name, ok, reason, chosen in self.rows:
-            mark = "->" if chosen else "  "
-            verdict = "yes" if ok else "no "
-            lines.append(f"{mark} {pass_:5} {name:{width}}  {verdict}  {reason}")
+        width = max(len(r.algorithm) for r in self.rows)
+        for pass_, chosen in self.plans.items():
+            note = f"; {self.notes[pass_]}" if self.notes[pass_] else ""
+            lines.append(f"{pass_}: {chosen.name} ({chosen.source}){note}")
+        timed = any(r.best_ms is not None for r in self.rows)  # a column of tuned times
+        for r in self.rows:
+            mark = "->" if r.chosen else "  "
+            verdict = "yes" if r.supported else "no "
+            ms = "" if not timed else f"{r.best_ms:9.4g} ms  " if r.best_ms is not None else " " * 14
+            lines.append(f"{mark} {r.pass_:5} {r.algorithm:{width}}  {verdict}  {ms}{r.reason}")
         return "\n".join(lines)
 
 
 def explain(p: ConvProblem, algorithm: str | None = None) -> Explanation:
-    """Which algorithm runs each pass of forward problem ``p`` and why each other one does not."""
-    rows = []
+    """Which algorithm runs each pass of forward problem ``p`` and why each other one does not,
+    with the tuned timings where the tuning cache has them. Nothing is tuned or computed: with
+    autotuning on, an untuned pass shows the heuristic choice that tuning would start from."""
+    rows, plans, notes = [], {}, {}
     for q in (p, p.dgrad(), p.wgrad()):
-        chosen = plan(q, algorithm)
+        tuned = tuning.store().get(q)
+        note = ""
+        if algorithm is not None or os.environ.get(ENV_ALGORITHM):
+            chosen = plan(q, algorithm)
+        elif _autotune and tuned is not None:
+            chosen = _tuned_plan(tuned)
+        else:
+            chosen = _choose(q)
+            if _autotune:
+                note = "autotune on: not tuned yet, tuned at its first call"
+            elif tuned is not None:
+                note = f"tuned choice {tuned.algorithm} ({tuned.best_ms:.4g} ms) is used with autotune on"
+        if tuned is not None and tuned.rejected:
+            rejected = f"{len(tuned.rejected)} candidate(s) rejected as wrong or failing"
+            note = f"{note}; {rejected}" if note else rejected
+        plans[q.pass_], notes[q.pass_] = chosen, note
         for name, module in REGISTRY.items():
             ok, reason = module.supports(q)
             if name == chosen.name:
                 reason = chosen.reason
-            rows.append((q.pass_, name, ok, reason, name == chosen.name))
-    return Explanation(p, tuple(rows))
+            times = tuned.timings_ms.get(name) if tuned is not None else None
+            best_ms = min(times.values()) if times else None
+            rows.append(Row(q.pass_, name, ok, reason, name == chosen.name, best_ms))
+    return Explanation(p, tuple(rows), plans, notes)
