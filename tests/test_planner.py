@@ -315,7 +315,8 @@ def test_explain_dense():
     rows, text = _rows(e), str(e)
     assert e.chosen() == "native" and e.plans["fwd"].source == "heuristic"
     assert rows["native"].chosen and rows["native"].reason.startswith("first in preference order")
-    assert not rows["depthwise"].supported and "tensor cores" in rows["depthwise"].reason
+    assert not rows["depthwise"].supported and "GEMM" in rows["depthwise"].reason
+    assert not rows["grouped"].supported and "not a grouped convolution" in rows["grouped"].reason
     assert rows["implicit_gemm"].supported and rows["reference"].supported
     assert "fwd: native (heuristic)" in text and " ms " not in text  # nothing tuned, no timings
 
