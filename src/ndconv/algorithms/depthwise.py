@@ -74,7 +74,7 @@ def default_config(p) -> Config:
     one_d = p.ndim == 1
     block_o = _pow2_divisor(p.out_channels, 128) if one_d else min(32, _pow2_divisor(p.out_channels, 128))
     if p.pass_ == "wgrad":
-        block_p = max(8, min(128, 8192 // (_k3p(p.out_spatial) * block_o)))  # forward kernel
+        block_p = max(8, min(128, 16384 // (_k3p(p.out_spatial) * block_o)))  # forward kernel
         return Config(block_p, block_o, 4, programs_per_sm=2 if one_d else 4)
     return Config(32 if one_d else 128, block_o, 4)
 

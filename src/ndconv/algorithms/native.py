@@ -189,10 +189,12 @@ def _convs(p: ConvProblem) -> list[_Conv]:
         if lo == hi and min(lo) >= 0:
             out.append(_Conv(name, p, pre, dict(padding=list(lo), **conv), weight, None, unpre, p.flip))
             return
+        # pads first, crops after: a crop larger than the axis is fine once the other side is padded
         pads = _torch_pads(lo, hi)
+        grow, cut = [max(v, 0) for v in pads], [min(v, 0) for v in pads]
         out.append(_Conv(
-            f"{name}+F.pad", p, lambda x: F.pad(pre(x), pads), dict(padding=[0] * D, **conv), weight,
-            None, lambda g: unpre(F.pad(g, [-v for v in pads])), p.flip,
+            f"{name}+F.pad", p, lambda x: F.pad(F.pad(pre(x), grow), cut), dict(padding=[0] * D, **conv),
+            weight, None, lambda g: unpre(F.pad(F.pad(g, [-v for v in cut]), [-v for v in grow])), p.flip,
         ))
         sym = [max(a, b) for a, b in zip(lo, hi)]
         if min(lo) >= 0 and min(hi) >= 0 and all((s - a) % st == 0 for s, a, st in zip(sym, lo, p.stride)):
