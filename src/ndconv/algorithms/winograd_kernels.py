@@ -32,11 +32,20 @@ def _apply(vals, MAT: tl.constexpr):
 
 
 @triton.jit
-def _split_tiles(offs_t, TH, TW):
-    """Flat tile indices over [batch, TH, TW] as (n, th, tw)."""
+def _program_tiles(T, TH, TW, INT64: tl.constexpr, BLOCK_T: tl.constexpr):
+    """This program's tiles (grid axis 0) as flat indices, their mask and (n, th, tw) over
+    [batch, TH, TW], and its group (grid axis 2)."""
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    mask_t = offs_t < T
     tw = offs_t % TW
     rest = offs_t // TW
-    return rest // TH, rest % TH, tw
+    n, th = rest // TH, rest % TH
+    g = tl.program_id(2)
+    if INT64:
+        n = n.to(tl.int64)
+        g = g.to(tl.int64)
+        offs_t = offs_t.to(tl.int64)
+    return offs_t, mask_t, n, th, tw, g
 
 
 @triton.jit
@@ -51,16 +60,8 @@ def winograd_input_kernel(
     """v[a*A + b, g, t, c] = (B^T d B)[a, b], d the A x A input patch of tile t = (n, th, tw),
     rows from th*TILE - LO_H and columns from tw*TILE - LO_W, zero outside the input (so any
     padding, negative included, is this index shift plus the bounds mask)."""
-    pid_t = tl.program_id(0)
     pid_c = tl.program_id(1)
-    g = tl.program_id(2)
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    mask_t = offs_t < T
-    n, th, tw = _split_tiles(offs_t, TH, TW)
-    if INT64:
-        n = n.to(tl.int64)
-        g = g.to(tl.int64)
-        offs_t = offs_t.to(tl.int64)
+    offs_t, mask_t, n, th, tw, g = _program_tiles(T, TH, TW, INT64, BLOCK_T)
     h0 = th * TILE - LO_H
     w0 = tw * TILE - LO_W
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -138,16 +139,8 @@ def winograd_output_kernel(
 ):
     """y[n, th*m + i, tw*m + j, g, o] = (A^T M A)[i, j], M the A x A transformed outputs of tile
     t = (n, th, tw), group g, channel o; positions past the output (partial tiles) are masked."""
-    pid_t = tl.program_id(0)
     pid_o = tl.program_id(1)
-    g = tl.program_id(2)
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    mask_t = offs_t < T
-    n, th, tw = _split_tiles(offs_t, TH, TW)
-    if INT64:
-        n = n.to(tl.int64)
-        g = g.to(tl.int64)
-        offs_t = offs_t.to(tl.int64)
+    offs_t, mask_t, n, th, tw, g = _program_tiles(T, TH, TW, INT64, BLOCK_T)
     offs_o = pid_o * BLOCK_O + tl.arange(0, BLOCK_O)
     mask_o = offs_o < OG
     mask = mask_t[:, None] & mask_o[None, :]
