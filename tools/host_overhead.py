@@ -1,7 +1,9 @@
-"""Host time per call of a tiny cached convolution on the CPU (PyTorch's own convolution does
-the work, so the rest is ndconv's overhead), with a cProfile of the calls when asked.
+"""Host time per call of tiny cached convolutions: ndconv's path to the kernel next to
+PyTorch's own (the kernels are so small that the host is the bottleneck, so the time per call
+is the enqueue rate), with a cProfile of the calls when asked. On CUDA it also checks that a
+call captured in a CUDA graph replays correctly.
 
-    PYTHONPATH=src python tools/host_overhead.py [--profile]
+    PYTHONPATH=src python tools/host_overhead.py [--device cuda] [--profile]
 """
 
 from __future__ import annotations
@@ -18,38 +20,90 @@ import torch.nn.functional as F
 import ndconv
 
 
-def per_call_us(fn, calls=2000, repeats=15) -> tuple[float, float]:
+def per_call_us(fn, device, calls=2000, repeats=15) -> tuple[float, float]:
     """(min, median) over ``repeats`` of the mean time of ``calls`` calls, in microseconds."""
     for _ in range(200):
         fn()
     times = []
     for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) / calls * 1e6)
     return min(times), statistics.median(times)
 
 
+def rows(device: str) -> dict:
+    """Tiny channels-last problems (bf16 on CUDA), one per algorithm family."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(1, 8, 8, 16, device=device, dtype=dtype)
+    w = torch.randn(16, 3, 3, 16, device=device, dtype=dtype)
+    wd = torch.randn(16, 3, 3, 1, device=device, dtype=dtype)
+    xt, wt = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+    out = {
+        "F.conv2d (PyTorch alone)": lambda: F.conv2d(xt, wt, padding=1),
+        "ndconv.conv2d, planner's choice": lambda: ndconv.conv2d(x, w, 1, 1),
+        "ndconv.conv_general, planner's choice": lambda: ndconv.conv_general(x, w, 1, 1),
+        "ndconv.conv2d, algorithm=native": lambda: ndconv.conv2d(x, w, 1, 1, algorithm="native"),
+    }
+    if device == "cuda":
+        import triton
+
+        @triton.jit
+        def touch(x_ptr):
+            pass
+
+        out["bare Triton launch, kernel[grid](x)"] = lambda: touch[(1,)](x)
+        out["ndconv.conv2d, algorithm=implicit_gemm"] = lambda: ndconv.conv2d(x, w, 1, 1, algorithm="implicit_gemm")
+        out["ndconv.conv2d depthwise, algorithm=depthwise"] = (
+            lambda: ndconv.conv2d(x, wd, 1, 1, groups=16, algorithm="depthwise"))
+        out["ndconv.conv2d grouped (4 groups), planner's choice"] = (
+            lambda: ndconv.conv2d(x, w[:, :, :, :4].contiguous(), 1, 1, groups=4))
+    return out
+
+
+def graph_check(device: str) -> None:
+    """A convolution captured in a CUDA graph (after a warm-up call) replays to the same result."""
+    for name in ("implicit_gemm", "depthwise", None):
+        x = torch.randn(2, 8, 8, 16, device=device, dtype=torch.bfloat16)
+        groups = 16 if name == "depthwise" else 1
+        w = torch.randn(16, 3, 3, 16 // groups, device=device, dtype=torch.bfloat16)
+        expected = ndconv.conv2d(x, w, 1, 1, groups=groups, algorithm=name)  # the warm-up call
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream), torch.cuda.graph(graph):
+            y = ndconv.conv2d(x, w, 1, 1, groups=groups, algorithm=name)
+        torch.cuda.current_stream().wait_stream(stream)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        fresh = ndconv.conv2d(x, w, 1, 1, groups=groups, algorithm=name)
+        same = torch.equal(y, fresh) and not torch.equal(y, expected)
+        print(f"CUDA graph capture, {name or 'planner'}: {'replays correctly' if same else 'WRONG'}")
+
+
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # a loaded machine's thread stalls would swamp the microseconds
-    x, w = torch.randn(1, 4, 4, 2), torch.randn(2, 3, 3, 2)
-    xt, wt = x.movedim(-1, 1), w.movedim(-1, 1)
-    rows = {
-        "ndconv.conv_general, no grad": lambda: ndconv.conv_general(x, w, 1, 1),
-        "ndconv.conv2d, no grad": lambda: ndconv.conv2d(x, w, 1, 1),
-        "F.conv2d (PyTorch alone)": lambda: F.conv2d(xt, wt, padding=1),
-    }
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # a loaded machine's thread stalls would swamp the microseconds
     with torch.no_grad():
-        for name, fn in rows.items():
-            lo, med = per_call_us(fn)
-            print(f"{name:32} {lo:7.1f} us/call (median {med:.1f})")
-    w.requires_grad_(True)
-    lo, med = per_call_us(lambda: ndconv.conv_general(x, w, 1, 1))
-    print(f"{'ndconv.conv_general, w needs grad':32} {lo:7.1f} us/call (median {med:.1f})")
+        for name, fn in rows(args.device).items():
+            lo, med = per_call_us(fn, args.device)
+            print(f"{name:52} {lo:7.1f} us/call (median {med:.1f})")
+    x = torch.randn(1, 8, 8, 16, device=args.device)
+    w = torch.randn(16, 3, 3, 16, device=args.device, requires_grad=True)
+    lo, med = per_call_us(lambda: ndconv.conv_general(x, w, 1, 1), args.device)
+    print(f"{'ndconv.conv_general fp32, w needs grad':52} {lo:7.1f} us/call (median {med:.1f})")
+    if args.device == "cuda":
+        graph_check(args.device)
     if args.profile:
         with torch.no_grad():
             profile = cProfile.Profile()

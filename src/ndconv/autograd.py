@@ -20,13 +20,9 @@ def run(p: ConvProblem, a: torch.Tensor, b: torch.Tensor, algorithm: str | None 
 
     Trivial problems (empty result, or an empty reduction giving zeros) launch nothing.
     """
-    out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
     if p.is_trivial:
-        return out.zero_()
-    chosen = planner.plan(p, algorithm)
-    x, w, y = p.views(a, b, out)
-    chosen.algorithm.run(p, x, w, y, chosen.config)
-    return out
+        return torch.zeros(p.result_shape, dtype=p.dtype, device=a.device)
+    return planner.plan(p, algorithm).runner(p)(a, b)
 
 
 def _gradients(p, x, w, dy, needs, algorithm, op):

@@ -16,6 +16,8 @@ import warnings
 from collections import OrderedDict, namedtuple
 from dataclasses import dataclass, field
 
+import torch
+
 from . import tuning
 from .algorithms import REGISTRY
 from .problem import ConvProblem
@@ -49,6 +51,26 @@ class Plan:
     @property
     def name(self) -> str:
         return self.algorithm.NAME
+
+    def runner(self, p: ConvProblem):
+        """This plan's computation of ``p`` (the problem it was made for): a function of the
+        pass's natural contiguous operands that returns the natural result. It is the
+        algorithm's prepared call where it has one (``prepare``: the per-call work done once),
+        else its ``run`` on the operands' views. Made at the first call (a race makes it twice,
+        harmlessly)."""
+        made = self.__dict__.get("_runner")
+        if made is None:
+            prepare = getattr(self.algorithm, "prepare", None)
+            made = prepare(p, self.config) if prepare is not None else None
+            if made is None:
+                algorithm, config = self.algorithm, self.config
+
+                def made(a, b):
+                    out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
+                    algorithm.run(p, *p.views(a, b, out), config)
+                    return out
+            object.__setattr__(self, "_runner", made)
+        return made
 
 
 CacheInfo = namedtuple("CacheInfo", "hits misses size capacity")

@@ -15,7 +15,7 @@ algebra needs (a gradient problem may crop part of a dilation gap, which no MLX 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -54,6 +54,7 @@ class ConvProblem:
     """Extent of the dilated kernel on each spatial axis."""
     out_spatial: tuple[int, ...] = field(init=False, repr=False, compare=False)
     out_shape: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)  # every call hashes its problem
 
     def __post_init__(self):
         dilated_in = tuple((s - 1) * d + 1 for s, d in zip(self.x_shape[1:-1], self.input_dilation))
@@ -66,6 +67,10 @@ class ConvProblem:
         object.__setattr__(self, "span", span)
         object.__setattr__(self, "out_spatial", out_spatial)
         object.__setattr__(self, "out_shape", (self.x_shape[0], *out_spatial, self.w_shape[0]))
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     # ------------------------------------------------------------------ construction
 
@@ -315,7 +320,23 @@ class ConvProblem:
 
     def dgrad(self) -> ConvProblem:
         """The input gradient of this forward problem, as a forward problem over dy."""
-        self._require_forward("dgrad")
+        return self._gradient("dgrad")
+
+    def wgrad(self) -> ConvProblem:
+        """The weight gradient of this forward problem, as a forward problem over x with dy as
+        the kernel. Its result is the gradient of the weight as read (reversed when flip)."""
+        return self._gradient("wgrad")
+
+    def _gradient(self, pass_: str) -> ConvProblem:
+        """A gradient problem, built once per problem (every backward call asks for it)."""
+        self._require_forward(pass_)
+        made = self.__dict__.get("_" + pass_)
+        if made is None:
+            made = self._dgrad() if pass_ == "dgrad" else self._wgrad()
+            object.__setattr__(self, "_" + pass_, made)
+        return made
+
+    def _dgrad(self) -> ConvProblem:
         hi = tuple(
             (s - 1) * idil - (so - 1) * st + lo
             for s, idil, so, st, lo in zip(
@@ -334,10 +355,7 @@ class ConvProblem:
             pass_="dgrad",
         )
 
-    def wgrad(self) -> ConvProblem:
-        """The weight gradient of this forward problem, as a forward problem over x with dy as
-        the kernel. Its result is the gradient of the weight as read (reversed when flip)."""
-        self._require_forward("wgrad")
+    def _wgrad(self) -> ConvProblem:
         hi = tuple(
             (sp - 1) + (so - 1) * st - (s - 1) * idil - lo
             for sp, so, st, s, idil, lo in zip(

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import torch
 
-from .triton_support import INTERPRET, cdiv, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
+from .triton_support import INTERPRET, BoundLaunch, cdiv, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
 
 NAME = "implicit_gemm"
 
@@ -133,6 +133,39 @@ def run(p, x, w, out, config: Config | None = None):
         return _run_wgrad(p, x, w, out, config)
     from .implicit_gemm_kernels import conv_fwd_kernel
 
+    launch, empty = _forward_launch(p, x, w, out, config)
+    for index in empty:  # outputs that no tap reaches are zero
+        out[index].zero_()
+    if launch is not None:
+        grid, args, meta = launch
+        conv_fwd_kernel[grid](*args, **meta)
+
+
+def prepare(p, config: Config):
+    """``p``'s call as a function of the pass's natural contiguous operands, with its one kernel
+    launch bound once (BoundLaunch: the operands' views share their data pointers), or None
+    where a call needs more than that launch."""
+    if p.pass_ == "wgrad":
+        return None
+    from .implicit_gemm_kernels import conv_fwd_kernel
+
+    shape, dtype = p.result_shape, p.dtype
+    views = p.views(*(torch.empty(s, device="meta", dtype=dtype) for s in (*p.operand_shapes, shape)))
+    launch, empty = _forward_launch(p, *views, config)
+    if launch is None or empty or any(v.storage_offset() for v in views):
+        return None
+    launch = BoundLaunch(conv_fwd_kernel, *launch, operands=views)
+
+    def call(a, b):
+        out = torch.empty(shape, dtype=dtype, device=a.device)
+        launch(a, b, out)
+        return out
+    return call
+
+
+def _forward_launch(p, x, w, out, config: Config):
+    """(grid, args, meta) of the forward kernel on these operand views, or None when no tap
+    reaches any output; and the index of each output slice that no tap reaches."""
     D = p.ndim
     S, K = pad3(p.in_spatial, 1), pad3(p.kernel, 1)
     ST, KD, ID = pad3(p.stride, 1), pad3(p.kernel_dilation, 1), pad3(p.input_dilation, 1)
@@ -141,27 +174,29 @@ def run(p, x, w, out, config: Config | None = None):
     QS = tuple(math.lcm(s, i) // i for s, i in zip(ST, ID))  # input step per phase row
     US = tuple(math.lcm(k, i) // i for k, i in zip(KD, ID))  # input step per phase tap
     axes = tuple(zip(pad3(p.out_spatial, 1), K, ST, KD, ID, pad3(p.padding_lo, 0)))
-    table, rows, empty = _phases(axes, str(x.device))
-    for d, r in empty:  # outputs that no tap reaches are zero
-        out[(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, PJ[d]),)].zero_()
+    table, rows, empty = _phases(axes, p.device if x.device.type == "meta" else str(x.device))
+    empty = [(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, PJ[d]),) for d, r in empty]
     if table is None:
-        return
+        return None, empty
     G, Cg, Og = p.groups, p.c_per_group, p.o_per_group
     sx, sw, sy = x.stride(), w.stride(), out.stride()
     nphase = table.shape[0]
     grid = (cdiv(p.batch * rows, config.block_m) * cdiv(Og, config.block_n), G * nphase)
-    conv_fwd_kernel[grid](
+    args = (
         x, w, out, table,
         p.batch, Cg, Og, nphase,
         *S, *K, *PJ, *PT, *QS, *US,
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
         sy[0], *spatial_strides(out, 1, D), sy[-2], sy[-1],
+    )
+    meta = dict(
         FLIP=p.flip, PACKED=config.packed, INT64=needs_int64(x, w, out),
         PRECISION=_precision(p), UPCAST=INTERPRET,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    return (grid, args, meta), empty
 
 
 @lru_cache(maxsize=1024)

@@ -295,15 +295,31 @@ def _forward_of(p):
     return forward, "wgrad"
 
 
-def run(p, x, w, out, config: str | None = None):
-    """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
+def _formulation(p, config: str | None):
     forward, pass_ = _forward_of(p)
     name = config or default_config(p)
-    f = next(f for f in formulations(forward, pass_) if f.name == name)
-    if pass_ == "wgrad":
+    return next(f for f in formulations(forward, pass_) if f.name == name)
+
+
+def run(p, x, w, out, config: str | None = None):
+    """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
+    f = _formulation(p, config)
+    if p.pass_ == "wgrad":
         x, dy, dw, _ = p.wgrad_natural(x, w, out)
         a, b, target = x.flatten(-2), dy.flatten(-2), dw.flatten(0, 1)
     else:
         a, b, target = x.flatten(-2), w.flatten(0, 1), out
     result = f.to_natural(f.run(*f.prepare(a, b)))
     target.copy_(result.reshape(target.shape))
+
+
+def prepare(p, config: str | None):
+    """``p``'s call on the pass's natural operands, returning PyTorch's result itself (no copy
+    into a separate output: it already has the natural layout, channels last)."""
+    f, shape, G = _formulation(p, config), p.result_shape, p.groups
+
+    def call(a, b):
+        if p.pass_ == "dgrad":  # the forward weight [O, *K, C/G] as the dgrad's [C, *K, O/G]
+            b = b.unflatten(0, (G, -1)).transpose(1, -1).flatten(0, 1)
+        return f.to_natural(f.run(*f.prepare(a, b))).reshape(shape).contiguous()
+    return call
