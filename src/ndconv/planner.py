@@ -31,11 +31,12 @@ DEFAULT_PLAN_CACHE_SIZE = 128
 # - GPU: the direct kernel takes depthwise convolutions and channel multipliers (a tensor-core
 #   tile would waste almost all its work there), block-diagonal packing other small groups, the
 #   Triton implicit GEMM every other fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN)
-#   the rest (float64).
+#   the rest (float64). cuDNN's graphs (the optional cudnn algorithm) come after it until
+#   measurement says where they win; autotuning times them everywhere they build.
 # - CPU: PyTorch's own convolution (oneDNN), several times faster there than gemm.
 # - gemm (unfold + matmul through torch) and the reference (the float64 oracle) stay forcible.
 PREFERENCE = {
-    "cuda": ("depthwise", "grouped", "implicit_gemm", "native", "gemm", "reference"),
+    "cuda": ("depthwise", "grouped", "implicit_gemm", "native", "cudnn", "gemm", "reference"),
     "cpu": ("native", "gemm", "reference"),
 }
 
