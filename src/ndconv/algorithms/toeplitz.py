@@ -96,7 +96,7 @@ def supports(p):
         return False, reason
     if p.pass_ == "wgrad":
         return False, "weight gradients are reductions over rows, not banded products (depthwise)"
-    cg, og = group_channels(p)
+    cg = group_channels(p)[0]
     if cg != 1:
         return False, f"groups of {cg} input channels: not depthwise (depthwise, grouped, implicit_gemm)"
     if any(d > 1 for d in p.input_dilation):

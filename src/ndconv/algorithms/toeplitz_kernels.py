@@ -55,7 +55,7 @@ def toeplitz_fwd_kernel(
     diag = offs_k[:, None] - offs_j[None, :] * ST3 + (TILE_W - 1) * ST3
     band_lanes = band_ptr + offs_o[:, None, None]  # [BLOCK_C, 1, 1]
     acc = tl.zeros((BLOCK_C, BLOCK_M, TILE_W), dtype=tl.float32)
-    for step in range(0, K1 * K2 * NK):
+    for step in range(K1 * K2 * NK):
         kc = step % NK
         t12 = step // NK
         t2 = t12 % K2
