@@ -81,7 +81,7 @@ def test_gpu_defaults():
         assert planner.plan(depthwise).name == "depthwise"
         assert planner.plan(grouped).name == "grouped"
     else:
-        assert planner.PREFERENCE["cuda"][:3] == ("depthwise", "grouped", "implicit_gemm")
+        assert planner.PREFERENCE["cuda"][:4] == ("toeplitz", "depthwise", "grouped", "implicit_gemm")
 
 
 def test_phases_of_an_input_dilated_problem():

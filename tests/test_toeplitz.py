@@ -1,0 +1,156 @@
+"""toeplitz beyond the shared case list: long kernels on every band axis (1-D, 2-D with the band
+on either axis, 3-D), strides, kernel dilation, asymmetric and negative pads, flip, channel
+multipliers, partial channel blocks and row tiles, several configs, random depthwise problems;
+what it refuses and why; the planner's threshold."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ndconv import planner, testing
+from ndconv.algorithms import toeplitz
+from ndconv.algorithms.toeplitz import Config
+from ndconv.api import make_problem
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPUs
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def _full_fp32(monkeypatch):
+    """fp32 problems on a GPU without TF32, so that the fp32 tolerance holds."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+
+
+CASES = [
+    testing.Case("1d_k13_causal", (2, 40, 6), (6, 13, 1), {"padding": ([12], [0]), "groups": 6}),
+    testing.Case("1d_k33_kdil2", (1, 70, 20), (20, 33, 1), {"padding": 16, "kernel_dilation": 2, "groups": 20}),
+    testing.Case("2d_9x9_two_tiles", (2, 9, 21, 8), (8, 9, 9, 1), {"padding": 4, "groups": 8}),
+    testing.Case("2d_band_on_rows", (2, 30, 5, 6), (6, 11, 3, 1), {"padding": ([5, 1], [6, 1]), "groups": 6}),
+    testing.Case("2d_asym_negative_flip", (1, 8, 25, 4), (4, 3, 10, 1),
+                 {"padding": ([1, 7], [0, -2]), "kernel_dilation": (2, 1), "flip": True, "groups": 4}),
+    testing.Case("2d_stride2", (1, 7, 37, 4), (4, 3, 9, 1), {"stride": 2, "padding": 4, "groups": 4}),
+    testing.Case("2d_multiplier2", (1, 6, 20, 3), (6, 3, 9, 1), {"padding": ([1, 4], [1, 4]), "groups": 3}),
+    testing.Case("2d_c40_partial_block", (1, 5, 18, 40), (40, 3, 9, 1), {"padding": ([1, 4], [1, 4]), "groups": 40}),
+    testing.Case("3d_k13", (1, 3, 4, 30, 4), (4, 2, 3, 13, 1), {"padding": ([1, 1, 6], [0, 1, 6]), "groups": 4}),
+]
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_matches_reference(case, pass_, dtype):
+    p = case.problem(dtype=dtype, device=DEVICE)
+    q = p if pass_ == "fwd" else p.dgrad()
+    ok, reason = toeplitz.supports(q)
+    if pass_ == "dgrad" and case.name in ("2d_stride2", "2d_multiplier2"):
+        assert not ok  # input dilation; two input channels per group
+        return
+    assert ok, reason
+    report = testing.check("toeplitz", q, seed=7)
+    assert report.ok, f"{q}: {report}"
+
+
+@pytest.mark.parametrize("config", [
+    Config(tile_w=16, block_k=16, block_m=16, block_c=2, num_warps=4),
+    Config(tile_w=16, block_k=32, block_m=32, block_c=8, num_warps=4),
+    Config(tile_w=32, block_k=16, block_m=16, block_c=4, num_warps=8),
+    Config(tile_w=64, block_k=32, block_m=16, block_c=16, num_warps=4),
+], ids=str)
+def test_configs(config):
+    """Tiles wider than the output, windows in one or several chunks, channel blocks that divide
+    the channels or not."""
+    p = make_problem((2, 5, 23, 12), (12, 3, 15, 1), padding=([1, 9], [1, 5]), groups=12,
+                     dtype=torch.bfloat16, device=DEVICE)
+    for q in (p, p.dgrad()):
+        report = testing.check("toeplitz", q, seed=3, config=config)
+        assert report.ok, f"{config} on {q}: {report}"
+
+
+@st.composite
+def _depthwise_args(draw):
+    """(x_shape, w_shape, kwargs) of a small depthwise problem without input dilation."""
+    D = draw(st.integers(1, 3))
+    c = draw(st.integers(1, 5))
+    mult = draw(st.integers(1, 2))
+    spatial = draw(st.lists(st.integers(1, 12), min_size=D, max_size=D))
+    kernel = draw(st.lists(st.integers(1, 12), min_size=D, max_size=D))
+    kwargs = {
+        "stride": draw(st.lists(st.integers(1, 2), min_size=D, max_size=D)),
+        "padding": (draw(st.lists(st.integers(-2, 8), min_size=D, max_size=D)),
+                 draw(st.lists(st.integers(-2, 8), min_size=D, max_size=D))),
+        "kernel_dilation": draw(st.lists(st.integers(1, 2), min_size=D, max_size=D)),
+        "groups": c,
+        "flip": draw(st.booleans()),
+    }
+    return (draw(st.integers(1, 2)), *spatial, c), (c * mult, *kernel, 1), kwargs
+
+
+@given(drawn=_depthwise_args(), pass_=st.sampled_from(["fwd", "dgrad"]), seed=st.integers(0, 2**16))
+def test_random_depthwise_problems(drawn, pass_, seed):
+    x_shape, w_shape, kwargs = drawn
+    try:
+        p = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **kwargs)
+    except ValueError:
+        return  # an empty output or a crop of everything: not a problem
+    q = p if pass_ == "fwd" else p.dgrad()
+    if not toeplitz.supports(q)[0]:
+        assert pass_ == "dgrad" and (q.c_per_group > 1 or max(q.input_dilation) > 1)
+        return
+    report = testing.check("toeplitz", q, seed=seed)
+    assert report.ok, f"{q}: {report}"
+
+
+def test_refusals_say_why():
+    p = make_problem((2, 9, 20, 4), (4, 3, 9, 1), padding=4, groups=4, device=DEVICE)
+    ok, reason = toeplitz.supports(p.wgrad())
+    assert not ok and "weight gradients" in reason
+    strided = make_problem((2, 9, 20, 4), (4, 3, 9, 1), stride=2, padding=4, groups=4, device=DEVICE)
+    ok, reason = toeplitz.supports(strided.dgrad())
+    assert not ok and "input dilation" in reason
+    dense = make_problem((2, 9, 20, 4), (4, 3, 9, 4), padding=4, device=DEVICE)
+    ok, reason = toeplitz.supports(dense)
+    assert not ok and "not depthwise" in reason
+    huge = make_problem((1, 300, 2), (2, 250, 1), groups=2, device=DEVICE)
+    ok, reason = toeplitz.supports(huge)
+    assert not ok and "window" in reason
+
+
+def test_band_axis_is_the_longest_kernel():
+    p = make_problem((1, 40, 40, 2), (2, 15, 5, 1), groups=2)
+    assert toeplitz.band_axis(p) == 0
+    assert toeplitz.band_axis(make_problem((1, 40, 40, 2), (2, 7, 7, 1), groups=2)) == 1
+    assert toeplitz.band_axis(make_problem((1, 40, 40, 2), (2, 5, 3, 1), kernel_dilation=(1, 3), groups=2)) == 1
+
+
+def test_default_tiles_for_the_benchmark_shapes():
+    """The cost model's picks for RepLKNet's 31x31 and a long 1-D k=64 sequence (bf16)."""
+    p = make_problem((32, 56, 56, 128), (128, 31, 31, 1), padding=15, groups=128, dtype=torch.bfloat16)
+    c = toeplitz.default_config(p)
+    assert (c.tile_w, c.block_c) == (32, 16) and toeplitz.prefers(p)[0]
+    p = make_problem((8, 8192, 512), (512, 64, 1), padding=([63], [0]), groups=512, dtype=torch.bfloat16)
+    assert toeplitz.default_config(p).tile_w in (32, 64)
+    assert all(c.block_c * c.block_m * c.tile_w <= 32768 for c in toeplitz.configs(p))
+
+
+def test_planner_takes_only_long_kernels(monkeypatch):
+    """On the GPU toeplitz comes first, but its prefers() leaves short kernels, exact fp32 and
+    everything it does not support to the algorithms after it."""
+    monkeypatch.setattr(toeplitz, "kernel_reason", lambda p: None)  # as if on a GPU
+    from ndconv.algorithms import depthwise
+    monkeypatch.setattr(depthwise, "kernel_reason", lambda p: None)
+
+    def choice(kernel, dtype=torch.bfloat16, pass_="fwd"):
+        p = make_problem((2, 56, 56, 64), (64, kernel, kernel, 1), padding=kernel // 2, groups=64,
+                         dtype=dtype, device="cuda")
+        return planner.plan({"fwd": p, "dgrad": p.dgrad() if pass_ == "dgrad" else None,
+                             "wgrad": p.wgrad() if pass_ == "wgrad" else None}[pass_]).name
+
+    assert choice(31) == choice(toeplitz.MIN_BAND_TAPS) == "toeplitz"
+    assert choice(31, pass_="dgrad") == "toeplitz"
+    assert choice(31, pass_="wgrad") == "depthwise"
+    assert choice(toeplitz.MIN_BAND_TAPS - 1) == "depthwise"
+    assert choice(31, dtype=torch.float32) == "depthwise"  # exact fp32: no tensor cores
+    p = make_problem((2, 56, 56, 64), (64, 5, 5, 1), padding=2, groups=64, device="cuda")
+    assert "not preferred" in next(r.reason for r in planner.explain(p).rows if r.algorithm == "toeplitz")
