@@ -102,7 +102,7 @@ def configs(p) -> list[Config]:
                     for scale_p in (1, 2, 0.5, 4) for scale_o in (1, 0.5, 2) for warps in (4, 8)]
     else:  # strips of other lengths, two strips per thread, narrower or wider channel blocks
         two = 2 * base.block_p
-        variants = [replace(base, cols=min(16, 2 * base.cols)), replace(base, cols=max(1, base.cols // 2)),
+        variants = [replace(base, cols=min(16, 2 * base.cols)), replace(base, cols=(base.cols + 1) // 2),
                     replace(base, block_p=two), replace(base, block_p=two, num_warps=8),
                     replace(base, block_p=two, cols=_strip_cols(p.out_spatial[-1], two)),
                     replace(base, block_o=max(8, base.block_o // 2), block_p=min(128, two)),
