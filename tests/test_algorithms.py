@@ -118,3 +118,38 @@ def test_gemm_rejects_a_bad_workspace_limit(monkeypatch):
     monkeypatch.setenv("NDCONV_WORKSPACE_LIMIT", "lots")
     with pytest.raises(ValueError, match="NDCONV_WORKSPACE_LIMIT"):
         testing.check("gemm", testing.CASES[0].problem())
+
+
+# The depthwise forward kernel's strips and chunks of taps along the last axis: taps in several
+# chunks (the last one partial), strides and dilations that leave window columns unused,
+# channel multipliers (two input channels per lane in the input gradient), input dilation,
+# flip, crops, and channel counts that are not a multiple of the block.
+DEPTHWISE_FORWARD = [
+    pytest.param((2, 5, 13, 6), (6, 2, 11, 1), {"padding": ([1, 5], [0, 4]), "groups": 6},
+                 id="2d_k11_chunks"),
+    pytest.param((1, 4, 17, 4), (8, 3, 5, 1),
+                 {"stride": (1, 2), "kernel_dilation": (1, 2), "padding": 3, "groups": 4},
+                 id="2d_s2_kdil2_mult2"),
+    pytest.param((1, 3, 9, 5), (5, 2, 6, 1),
+                 {"input_dilation": (1, 2), "padding": ([1, 4], [0, 2]), "flip": True, "groups": 5},
+                 id="2d_idil2_flip"),
+    pytest.param((2, 19, 3), (3, 9, 1), {"stride": 3, "padding": ([-1], [4]), "groups": 3},
+                 id="1d_s3_crop"),
+    pytest.param((1, 3, 4, 6, 2), (2, 2, 3, 7, 1), {"padding": ([1, 0, 3], [0, 2, 3]), "groups": 2},
+                 id="3d_k7"),
+]
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("x_shape,w_shape,args", DEPTHWISE_FORWARD)
+def test_depthwise_forward_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
+    from dataclasses import replace
+
+    from ndconv.algorithms import depthwise
+
+    p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args), pass_)
+    assert depthwise.supports(p)[0]
+    base = depthwise.default_config(p)
+    for config in [base, replace(base, unroll=4, cols=3), replace(base, unroll=3, cols=5, tile_w=1)]:
+        report = testing.check("depthwise", p, seed=7, config=config)
+        assert report.ok, f"{config} on {p}: {report}"

@@ -3,20 +3,23 @@
 
 A tensor-core GEMM wastes almost all of its tile on these: a depthwise group is a 1x1 "GEMM"
 per tap. These kernels run on CUDA cores instead. Output channels are the vector lanes
-(channels-last loads, contiguous along C), a block of output positions is the other axis, and
-the taps and the group's few input channels are loops. Every input element comes from HBM
-about once; the re-reads across taps are served by L1/L2. The weight gradient reduces over
+(channels-last loads, contiguous along C). In the forward kernel (which also computes the input
+gradient) each thread owns a strip of consecutive outputs along the last axis: every input
+column the strip's taps read is loaded and converted once and used for all of them, so a
+kernel row costs about one FMA per tap plus (cols + taps - 1) loads instead of a load per tap.
+The other kernel axes are loops whose re-reads hit L1. The weight gradient reduces over
 blocks of output positions into a float32 workspace, summed afterwards in a fixed order
 (deterministic).
 
-Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
-not yet measured or tuned on the GPU.
+Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter).
+The weight gradient's tiles are measured on the H200; the forward kernel's strips are not yet
+(tools/depthwise_sweep.py times them).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,12 +32,13 @@ MAX_GROUP_WIDTH = 16
 
 @dataclass(frozen=True)
 class Config:
-    block_p: int  # output positions per program (per step of the weight gradient's row loop)
+    block_p: int  # forward: strips per program; weight gradient: positions per step of its row loop
     block_o: int  # output channels per program
     num_warps: int
     programs_per_sm: int = 4  # weight gradient: how many row chunks (and workspace slices)
-    tile_w: int = 0  # forward: positions along the last axis per tile (0: fit the axis)
-    unroll: int = 8  # taps along the last axis issued together
+    tile_w: int = 0  # forward: strips along the last axis per tile (0: fit the axis)
+    unroll: int = 8  # forward: taps along the last axis per chunk (one input window per chunk)
+    cols: int = 0  # forward: consecutive outputs along the last axis per strip (0: fit the axis)
 
 
 def supports(p):
@@ -67,32 +71,57 @@ def _k3p(kernel) -> int:
     return _pow2_at_least(kernel[-1])
 
 
+def _strip_cols(width: int, strips: int) -> int:
+    """Outputs per strip along an axis of ``width``: the most, up to 8, that pad the fewest
+    columns in tiles of at most ``strips`` strips (56 = 8 strips of 7)."""
+    def padded(cols):
+        per_tile = min(strips, _pow2_at_least(cdiv(width, cols))) * cols
+        return cdiv(width, per_tile) * per_tile
+    return min(range(8, 0, -1), key=lambda cols: (padded(cols), -cols))
+
+
 def default_config(p) -> Config:
     """Measured on the H200 (bf16, tools/tune.py; docs/PERFORMANCE.md): 32-channel blocks for
-    2-D and 3-D problems (128 for long 1-D sequences) and 128-position tiles; the weight
-    gradient's accumulator [K3P, block_p, block_o] kept near 2K elements per warp."""
+    2-D and 3-D problems (128 for long 1-D sequences); the weight gradient's accumulator
+    [K3P, block_p, block_o] kept near 2K elements per warp. The forward kernel gives each
+    thread one strip of outputs times one 16-byte vector of channels (8 half-precision lanes)."""
     one_d = p.ndim == 1
     block_o = _pow2_divisor(p.out_channels, 128) if one_d else min(32, _pow2_divisor(p.out_channels, 128))
     if p.pass_ == "wgrad":
         block_p = max(8, min(128, 16384 // (_k3p(p.out_spatial) * block_o)))  # forward kernel
         return Config(block_p, block_o, 4, programs_per_sm=2 if one_d else 4)
-    return Config(32 if one_d else 128, block_o, 4)
+    strips = max(1, min(128, 4 * 32 * 8 // block_o))
+    return Config(strips, block_o, 4, cols=_strip_cols(p.out_spatial[-1], strips))
 
 
 def configs(p) -> list[Config]:
     base = default_config(p)
-    out = [base]
-    tile_ws = (0,) if p.pass_ == "wgrad" or p.ndim == 1 else (0, 8, 16, 32)
-    for scale_p in (1, 2, 0.5, 4):
-        for tile_w in tile_ws:
-            for scale_o in (1, 0.5, 2):
-                for warps in (4, 8):
-                    bo = min(128, max(8, int(base.block_o * scale_o)))
-                    bp = max(8, int(base.block_p * scale_p))
-                    c = Config(bp, bo, warps, base.programs_per_sm, tile_w, base.unroll)
-                    if c not in out:
-                        out.append(c)
+    if p.pass_ == "wgrad":
+        variants = [replace(base, block_p=max(8, int(base.block_p * scale_p)), num_warps=warps,
+                            block_o=min(128, max(8, int(base.block_o * scale_o))))
+                    for scale_p in (1, 2, 0.5, 4) for scale_o in (1, 0.5, 2) for warps in (4, 8)]
+    else:  # strips of other lengths, two strips per thread, narrower or wider channel blocks
+        two = 2 * base.block_p
+        variants = [replace(base, cols=min(16, 2 * base.cols)), replace(base, cols=(base.cols + 1) // 2),
+                    replace(base, block_p=two), replace(base, block_p=two, num_warps=8),
+                    replace(base, block_p=two, cols=_strip_cols(p.out_spatial[-1], two)),
+                    replace(base, block_o=max(8, base.block_o // 2), block_p=min(128, two)),
+                    replace(base, block_o=min(128, 2 * base.block_o), block_p=max(1, base.block_p // 2)),
+                    replace(base, unroll=4)]
+    out = []
+    for c in (base, *variants):
+        if c not in out:
+            out.append(c)
     return out
+
+
+def _fwd_tile(p, config: Config):
+    """(TILE_H, STRIPS, COLS): strip rows and strips along the last axis per program, and the
+    outputs per strip."""
+    SO2, SO3 = pad3(p.out_spatial, 1)[1:]
+    cols = config.cols or _strip_cols(SO3, config.block_p)
+    strips = min(config.block_p, config.tile_w or _pow2_at_least(cdiv(SO3, cols)))
+    return min(config.block_p // strips, _pow2_at_least(SO2)), strips, cols
 
 
 def _geometry(stride, kdil, idil, lo):
@@ -109,20 +138,22 @@ def run(p, x, w, out, config: Config | None = None):
     D = p.ndim
     O, Cg, Og = p.out_channels, p.c_per_group, p.o_per_group
     SO1, SO2, SO3 = pad3(p.out_spatial, 1)
-    K3 = p.kernel[-1]
-    tile_w = min(config.block_p, config.tile_w or _pow2_at_least(SO3))
-    tile_h = min(config.block_p // tile_w, _pow2_at_least(SO2))
+    K1, K2, K3 = pad3(p.kernel, 1)
+    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3 = _geometry(
+        p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo)
+    tile_h, strips, cols = _fwd_tile(p, config)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    grid = (p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, tile_w), cdiv(O, config.block_o))
+    grid = (p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, strips * cols), cdiv(O, config.block_o))
     direct_fwd_kernel[grid](
         x, w, out, O,
-        *pad3(p.in_spatial, 1), SO1, SO2, SO3, *pad3(p.kernel, 1),
-        *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
+        *pad3(p.in_spatial, 1), SO1, SO2, SO3, K1, K2,
+        ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
         sy[0], *spatial_strides(out, 1, D), sy[-2], sy[-1],
-        U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip, INT64=needs_int64(x, w, out),
-        TILE_H=tile_h, TILE_W=tile_w, BLOCK_O=config.block_o, num_warps=config.num_warps,
+        K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip,
+        INT64=needs_int64(x, w, out), TILE_H=tile_h, STRIPS=strips, COLS=cols, BLOCK_O=config.block_o,
+        num_warps=config.num_warps,
     )
 
 

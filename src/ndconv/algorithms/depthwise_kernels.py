@@ -1,10 +1,10 @@
 """Triton kernels of the direct small-group convolution (launchers in depthwise.py).
 
 Problems are padded to three spatial axes, as in implicit_gemm_kernels.py. Output channels are
-the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels. The
-taps along the last spatial axis are unrolled (by U), so their loads are issued together; the
-input they read overlaps and is served from L1, which is why the forward kernel's output
-positions are a 2-D tile (TILE_H x TILE_W over the last two axes): its input patch is small.
+the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels.
+The forward kernel's output positions are strips of COLS consecutive outputs along the last
+axis (each a register accumulator), TILE_H x STRIPS strips per program; the taps along the last
+axis are unrolled in chunks of U, and the weight gradient's in one [K3P] axis.
 """
 
 import triton
@@ -40,22 +40,47 @@ def _input_index(j, t, ST, KD, ID, LO, S, ok):
     return u // ID, ok & (u >= 0) & (u <= (S - 1) * ID) & (u % ID == 0)
 
 
+@triton.constexpr_function
+def _chunk_taps(first, k, u):
+    """Taps in the chunk of at most ``u`` that starts at tap ``first`` of ``k``."""
+    return min(u, k - first)
+
+
+@triton.constexpr_function
+def _tap_of_column(e, jj, first, st, kd, k, u):
+    """The tap (within the chunk starting at tap ``first``) through which output ``jj`` of a
+    strip reads column ``e`` of the chunk's input window, or -1; compile-time."""
+    d = e - jj * st
+    return d // kd if d >= 0 and d % kd == 0 and d // kd < _chunk_taps(first, k, u) else -1
+
+
+@triton.constexpr_function
+def _column_used(e, cols, first, st, kd, k, u):
+    return any(_tap_of_column(e, jj, first, st, kd, k, u) >= 0 for jj in range(cols))
+
+
 @triton.jit
 def direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     O,
-    S1, S2, S3, SO1, SO2, SO3, K1, K2, K3,
-    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    S1, S2, S3, SO1, SO2, SO3, K1, K2,
+    ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
     sxn, sx1, sx2, sx3, sxg, sxc,
     swg, swo, sw1, sw2, sw3, swc,
     syn, sy1, sy2, sy3, syg, syo,
-    U: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
-    TILE_H: tl.constexpr, TILE_W: tl.constexpr, BLOCK_O: tl.constexpr,
+    K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr, U: tl.constexpr,
+    CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
+    TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
-    for a TILE_H x TILE_W tile of output positions x BLOCK_O output channels, on CUDA cores,
-    fp32 accumulation."""
-    tiles_w = tl.cdiv(SO3, TILE_W)
+    for a tile of TILE_H x STRIPS strips of COLS consecutive outputs along the last axis x
+    BLOCK_O output channels, on CUDA cores, fp32 accumulation.
+
+    A strip's COLS outputs are separate accumulators, and the taps along the last axis are
+    unrolled in chunks of U: each input column of a chunk's window is loaded and converted once
+    and feeds every (output, tap) pair that reads it, all resolved at compile time (K3, ST3, KD3
+    are constexpr). The other kernel axes are loops; their re-reads hit L1."""
+    tiles_w = tl.cdiv(SO3, STRIPS * COLS)
     tiles_h = tl.cdiv(SO2, TILE_H)
     pid = tl.program_id(0)
     tw = pid % tiles_w
@@ -65,36 +90,51 @@ def direct_fwd_kernel(
     n = n1 // SO1
     if INT64:
         n = n.to(tl.int64)
-    offs = tl.arange(0, TILE_H * TILE_W)
-    j2 = th * TILE_H + offs // TILE_W
-    j3 = tw * TILE_W + offs % TILE_W
+    offs = tl.arange(0, TILE_H * STRIPS)
+    j2 = th * TILE_H + offs // STRIPS  # [P] a strip's row
+    j3 = (tw * STRIPS + offs % STRIPS) * COLS  # [P] its first column
     mask_p = (j2 < SO2) & (j3 < SO3)
     g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
     x_lanes = g * sxg  # [BLOCK_O]
-    w_lanes = w_ptr + g * swg + k * swo  # [BLOCK_O]
-    acc = tl.zeros((TILE_H * TILE_W, BLOCK_O), dtype=tl.float32)
-    for t1 in range(0, K1):  # weight taps; the input is read at the flipped tap when FLIP
+    o_w = tl.minimum(g * OG + k, O - 1)  # lanes past O read valid weights (unmasked; never stored)
+    w_lanes = w_ptr + (o_w // OG) * swg + (o_w % OG) * swo  # [BLOCK_O]
+    acc = ()
+    for jj in tl.static_range(COLS):
+        acc = acc + (tl.zeros((TILE_H * STRIPS, BLOCK_O), dtype=tl.float32),)
+    for t1 in range(K1):  # weight taps; the input is read at the flipped tap when FLIP
         u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1  # scalar
         ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
         x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
-        for t2 in range(0, K2):
+        for t2 in range(K2):
             i2, ok2 = _input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
-            rows12 = x1 + i2 * sx2
+            rows = x1 + i2 * sx2  # [P]
             w12 = w_lanes + t1 * sw1 + t2 * sw2
-            for t3o in range(0, K3, U):
-                for t3i in tl.static_range(U):
-                    t3 = t3o + t3i
-                    i3, ok = _input_index(j3, K3 - 1 - t3 if FLIP else t3, ST3, KD3, ID3, LO3, S3, ok2)
-                    ok &= t3 < K3
-                    rows = rows12 + i3 * sx3
+            for t3o in tl.static_range(0, K3, U):  # chunks of U taps in read order
+                ws = ()  # [1, BLOCK_O] per (tap, c)
+                for t in tl.static_range(_chunk_taps(t3o, K3, U)):
                     for c in tl.static_range(CG):
-                        xv = tl.load(rows[:, None] + (x_lanes + c * sxc)[None, :],
-                                     mask=ok[:, None] & mask_o[None, :], other=0.0)
-                        wv = tl.load(w12 + t3 * sw3 + c * swc, mask=mask_o & (t3 < K3), other=0.0)
-                        acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
-    y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2 + j3 * sy3
-    tl.store(y_rows[:, None] + (g * syg + k * syo)[None, :], acc.to(y_ptr.dtype.element_ty),
-             mask=mask_p[:, None] & mask_o[None, :])
+                        wv = tl.load((w12 + (K3 - 1 - t3o - t if FLIP else t3o + t) * sw3 + c * swc)[None, :])
+                        ws = ws + (wv.to(tl.float32),)
+                v0 = j3 * ST3 + t3o * KD3 - LO3  # [P] dilated input column of the window's start
+                for e in tl.static_range((COLS - 1) * ST3 + (_chunk_taps(t3o, K3, U) - 1) * KD3 + 1):
+                    if _column_used(e, COLS, t3o, ST3, KD3, K3, U):
+                        i3, ok = _input_index(v0, e, 1, 1, ID3, 0, S3, ok2)
+                        col = rows + i3 * sx3  # [P]
+                        for c in tl.static_range(CG):
+                            xv = tl.load(col[:, None] + (x_lanes + c * sxc)[None, :],
+                                         mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
+                            new = ()
+                            for jj in tl.static_range(COLS):
+                                a = acc[jj]
+                                if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
+                                    a += xv * ws[_tap_of_column(e, jj, t3o, ST3, KD3, K3, U) * CG + c]
+                                new = new + (a,)
+                            acc = new
+    y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2  # [P]
+    y_lanes = g * syg + k * syo  # [BLOCK_O]
+    for jj in tl.static_range(COLS):
+        tl.store((y_rows + (j3 + jj) * sy3)[:, None] + y_lanes[None, :], acc[jj].to(y_ptr.dtype.element_ty),
+                 mask=(mask_p & (j3 + jj < SO3))[:, None] & mask_o[None, :])
 
 
 @triton.jit
