@@ -54,7 +54,6 @@ class ConvProblem:
     """Extent of the dilated kernel on each spatial axis."""
     out_spatial: tuple[int, ...] = field(init=False, repr=False, compare=False)
     out_shape: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    _hash: int = field(init=False, repr=False, compare=False)  # every call hashes its problem
 
     def __post_init__(self):
         dilated_in = tuple((s - 1) * d + 1 for s, d in zip(self.x_shape[1:-1], self.input_dilation))
@@ -67,10 +66,17 @@ class ConvProblem:
         object.__setattr__(self, "span", span)
         object.__setattr__(self, "out_spatial", out_spatial)
         object.__setattr__(self, "out_shape", (self.x_shape[0], *out_spatial, self.w_shape[0]))
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
 
     def __hash__(self) -> int:
-        return self._hash
+        """The fields' hash, computed once (every cached call hashes its problem)."""
+        value = self.__dict__.get("_hash")
+        if value is None:
+            value = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+            object.__setattr__(self, "_hash", value)
+        return value
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # hashes are per process
 
     # ------------------------------------------------------------------ construction
 
