@@ -17,13 +17,13 @@ Config = grouped.Config
 # ResNeXt-like (4x4 groups, whole 16-lane blocks), a group count that is not a multiple of the
 # block, groups of 3 in and 5 out channels (lanes padded), 8-wide groups, 2-D and 1-D and 3-D.
 CASES = {
-    "resnext_4x4": ((2, 6, 7, 32), (32, 3, 3, 4), dict(padding=1, groups=8)),
-    "g6_4x4_s2": ((1, 7, 9, 24), (24, 3, 3, 4), dict(stride=2, padding=([1, 0], [1, 2]), groups=6)),
-    "g3_3x5_kdil": ((2, 8, 6, 9), (15, 3, 2, 3), dict(kernel_dilation=(2, 1), padding=2, groups=3)),
-    "g2_8x8_flip": ((1, 5, 6, 16), (16, 2, 3, 8), dict(padding=1, groups=2, flip=True)),
-    "1d_g4_k5": ((2, 11, 16), (8, 5, 4), dict(padding=([4], [0]), groups=4)),
-    "3d_g4_2x2": ((1, 4, 4, 5, 8), (8, 3, 3, 3, 2), dict(padding=1, groups=4)),
-    "convT_g4": ((1, 4, 5, 16), (8, 4, 4, 4), dict(input_dilation=2, padding=2, groups=4, flip=True)),
+    "resnext_4x4": ((2, 6, 7, 32), (32, 3, 3, 4), {"padding": 1, "groups": 8}),
+    "g6_4x4_s2": ((1, 7, 9, 24), (24, 3, 3, 4), {"stride": 2, "padding": ([1, 0], [1, 2]), "groups": 6}),
+    "g3_3x5_kdil": ((2, 8, 6, 9), (15, 3, 2, 3), {"kernel_dilation": (2, 1), "padding": 2, "groups": 3}),
+    "g2_8x8_flip": ((1, 5, 6, 16), (16, 2, 3, 8), {"padding": 1, "groups": 2, "flip": True}),
+    "1d_g4_k5": ((2, 11, 16), (8, 5, 4), {"padding": ([4], [0]), "groups": 4}),
+    "3d_g4_2x2": ((1, 4, 4, 5, 8), (8, 3, 3, 3, 2), {"padding": 1, "groups": 4}),
+    "convT_g4": ((1, 4, 5, 16), (8, 4, 4, 4), {"input_dilation": 2, "padding": 2, "groups": 4, "flip": True}),
 }
 CONFIGS = {
     "direct": Config(),
