@@ -30,6 +30,7 @@ CONFIGS = {
     "direct_tiles_8": Config(tile_w=8, block_p=32),
     "direct_2x_block_chunks": Config(block_g=8, tap_lanes=32, block_p=16),
     "direct_wgrad_small_steps": Config(block_p=16, programs_per_sm=64),
+    "direct_fma": Config(fma=True, block_p=32),  # CUDA cores where groups allow, else the above
     "packed": Config("packed", 2),
 }
 

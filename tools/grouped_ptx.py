@@ -84,7 +84,7 @@ SASS_OPS = ("LDG.E.128", "LDG.E.64", "LDG.E ", "LDG.E.U16", "STG", "HMMA", "HGMM
 
 def report(name, q, config, dump=None):
     captured = {}
-    for kname in ("grouped_fwd_kernel", "grouped_wgrad_kernel"):
+    for kname in ("grouped_fwd_kernel", "grouped_fwd_fma_kernel", "grouped_wgrad_kernel"):
         captured[kname] = _Capture(getattr(grouped_kernels, kname))
         setattr(grouped_kernels, kname, captured[kname])
     try:

@@ -44,8 +44,11 @@ FWD = [
     ("default", C()),
     ("p64", C(block_p=64)),
     ("p256 w8", C(block_p=256, num_warps=8)),
-    ("tile 8x16", C(tile_w=16)),
     ("tile 16x8", C(tile_w=8)),
+    ("cuda-core fma p128", C(fma=True)),  # power-of-two groups only (else it is the default)
+    ("cuda-core fma p256", C(fma=True, block_p=256)),
+    ("cuda-core fma p512 w8", C(fma=True, block_p=512, num_warps=8)),
+    ("tile 8x16", C(tile_w=16)),
     ("tile 8x8", C(tile_w=8, block_p=64)),
     ("lanes64", C(tap_lanes=64)),
     ("lanes32", C(tap_lanes=32)),
@@ -122,6 +125,8 @@ def _sweep_pass(name, p, pass_, bandwidth, l2_bytes, deadline, short):
     configs = WGRAD if pass_ == "wgrad" else FWD
     for label, config in configs[:short] if short else configs:
         config = _resolve(q, config)
+        if config.fma and (pass_ == "wgrad" or not grouped._fma_possible(q, config)):
+            continue
         measure(f"direct {label}", algo(grouped, config))
         rows[-1]["config"] = asdict(config)
     if pass_ != "wgrad" and not short:  # CUDA cores: the depthwise kernel's per-lane channel loop

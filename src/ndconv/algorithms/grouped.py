@@ -58,6 +58,7 @@ class Config:
     num_stages: int = 1  # direct: 1 keeps the tap loads plain (L1-cached), no cp.async pipeline
     programs_per_sm: int = 8  # direct weight gradient: row chunks sized to fill the GPU this much
     tap_lanes: int = 128  # direct: (tap, channel) lanes per tensor-core product (taps per chunk)
+    fma: bool = False  # direct forward: CUDA cores instead (power-of-two groups, whole blocks)
 
 
 def _pow2(n: int) -> int:
@@ -138,6 +139,8 @@ def configs(p) -> list[Config]:
         out += [Config(block_g=b, block_p=bp, tile_w=tw, num_warps=w, num_stages=s)
                 for b in (bg, 2 * bg) for bp in (128, 64, 256) for tw in tile_ws
                 for w, s in ((4, 1), (8, 1), (4, 2))]
+        out += [c for c in (Config(fma=True), Config(fma=True, block_p=256),
+                            Config(fma=True, block_p=512, num_warps=8)) if _fma_possible(p, c)]
     if _pack_factors(p):
         for pack in [_default_pack(p)] + _pack_factors(p):
             for tile in [None, *implicit_gemm.configs(packed_problem(p, pack))[:6]]:
@@ -212,6 +215,12 @@ def _precision(p) -> str:
     return "tf32" if p.allow_tf32 else "ieee"
 
 
+def _fma_possible(p, config: Config) -> bool:
+    even = _blocks(p, config)[3]
+    cg, og = group_channels(p)
+    return even and cg == _pow2(cg) and og == _pow2(og)
+
+
 def _run_direct(p, x, w, out, config: Config):
     from .grouped_kernels import grouped_fwd_kernel
 
@@ -232,6 +241,20 @@ def _run_direct(p, x, w, out, config: Config):
     ta, chunks, tb = _tap_split(taps, bci, config.tap_lanes)
     _, K2, K3 = pad3(p.kernel, 1)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
+    if config.fma and _fma_possible(p, config):
+        from .grouped_kernels import grouped_fwd_fma_kernel
+
+        grouped_fwd_fma_kernel[(cdiv(rows, config.block_p) * (G // bg),)](
+            x, w, out, G, rows, taps,
+            *pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,
+            *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
+            sx[0], *spatial_strides(x, 1, D), sx[-1],
+            sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
+            sy[0], *spatial_strides(out, 1, D), sy[-1],
+            CG=p.c_per_group, OG=p.o_per_group, BG=bg, FLIP=p.flip, INT64=needs_int64(x, w, out),
+            BLOCK_P=config.block_p, num_warps=config.num_warps, num_stages=config.num_stages,
+        )
+        return
     grouped_fwd_kernel[(tiles * cdiv(G, bg),)](
         x, w, out, G, rows, taps, chunks,
         *pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,

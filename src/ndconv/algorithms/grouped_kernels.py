@@ -231,3 +231,54 @@ def grouped_wgrad_kernel(
     if TB > 0:
         _store_diagonal(ws, acc_b, tl.num_programs(1) * TA, cb, G, NTAPS, tail,
                         CG, OG, BG, BCI, BCO, TB, EVEN)
+
+
+@triton.jit
+def grouped_fwd_fma_kernel(
+    x_ptr, w_ptr, y_ptr,
+    G, ROWS, NTAPS,
+    S1, S2, S3, SO1, SO2, SO3, K2, K3,
+    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    sxn, sx1, sx2, sx3, sxc,
+    swg, swo, sw1, sw2, sw3, swc,
+    syn, sy1, sy2, sy3, syo,
+    CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
+    """The forward kernel on CUDA cores, for power-of-two groups and G % BG == 0: per tap,
+    acc[P, BG, OG] += sum_c x_t[P, BG, 1, CG] * w_t[1, BG, OG, CG] (CG*OG FMAs per group and
+    position, no wasted product; the reduction over c is meant to stay within a thread)."""
+    n_cb = G // BG
+    pid = tl.program_id(0)
+    cb = pid % n_cb
+    offs = pid // n_cb * BLOCK_P + tl.arange(0, BLOCK_P)
+    mask_p = offs < ROWS
+    n, j1, j2, j3 = split_rows(offs, SO1, SO2, SO3)
+    if INT64:
+        n = n.to(tl.int64)
+    x_cols = (cb * (BG * CG) + tl.arange(0, BG * CG)) * sxc
+    x_base = x_ptr + n * sxn
+    lanes = tl.arange(0, BG * OG * CG)  # (g, o, c)
+    w_lanes = w_ptr + (cb * BG + lanes // (OG * CG)) * swg + (lanes // CG % OG) * swo + (lanes % CG) * swc
+    acc = tl.zeros((BLOCK_P, BG, OG), dtype=tl.float32)
+    for t in range(NTAPS):  # read-order taps
+        t3 = t % K3
+        t2 = (t // K3) % K2
+        t1 = t // (K3 * K2)
+        i1, ok = _input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
+        i2, ok = _input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok)
+        i3, ok = _input_index(j3, t3, ST3, KD3, ID3, LO3, S3, ok)
+        rows = x_base + i1 * sx1 + i2 * sx2 + i3 * sx3
+        xv = tl.load(rows[:, None] + x_cols[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
+        tw = NTAPS - 1 - t if FLIP else t
+        tw3 = tw % K3
+        tw2 = (tw // K3) % K2
+        tw1 = tw // (K3 * K2)
+        wv = tl.load(w_lanes + tw1 * sw1 + tw2 * sw2 + tw3 * sw3).to(tl.float32)
+        xg = tl.reshape(xv, (BLOCK_P, BG, 1, CG))
+        wg = tl.reshape(wv, (1, BG, OG, CG))
+        acc += tl.sum(xg * wg, axis=3)
+    y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2 + j3 * sy3
+    y_cols = (cb * (BG * OG) + tl.arange(0, BG * OG)) * syo
+    out = tl.reshape(acc, (BLOCK_P, BG * OG)).to(y_ptr.dtype.element_ty)
+    tl.store(y_rows[:, None] + y_cols[None, :], out, mask=mask_p[:, None])
