@@ -86,8 +86,9 @@ def _default_block_g(p) -> int:
 
 
 def _dilated_input(p) -> bool:
-    """The pass's own problem reads a dilated input (the weight gradient reads x, undilated by
-    the rewrite's own input dilation only through its masks)."""
+    """The pass reads an input with inserted zeros (transposed convolutions, input gradients of
+    strided ones): the direct kernel would multiply them, masked, where the packed GEMM's output
+    phases skip them. (The direct weight gradient only masks its gathers; no product is added.)"""
     return p.pass_ != "wgrad" and any(d > 1 for d in p.input_dilation)
 
 
