@@ -1,16 +1,23 @@
-"""Grouped convolutions with small groups (ResNeXt's 4, RegNet's 8-24 channels per group) on
-tensor cores, by block-diagonal packing.
+"""Grouped convolutions with small groups (ResNeXt's 4, RegNet's 8-24 channels per group).
 
 A group of 4x4 channels is a GEMM far narrower than a tensor-core tile: run alone, it wastes
-almost the whole tile. Here ``pack`` consecutive groups become one group whose weight is
-block-diagonal (the zeros between groups make it the same convolution), so one implicit-GEMM
-tile covers ``pack`` groups at once. It multiplies ``pack`` times more (zero) products, but
-the tensor cores have that to spare: these layers are bound by memory, not by FLOPs.
+almost the whole tile. Two kernels, picked by the config:
 
-- Forward and input gradient: the packed problem runs through implicit_gemm with the
-  block-diagonal weight, built per call (the weight is small).
-- Weight gradient: the packed problem's weight gradient is computed densely (every block of
-  the block-diagonal weight), and its diagonal blocks are the groups' gradients.
+- ``direct`` (grouped_kernels.py): a program owns a tile of output positions and a block of
+  whole groups (16 channels for 4-wide groups), contiguous in channels-last memory. Per tap it
+  loads the block's input tile once (one coalesced row per position; the re-reads across taps
+  come from L1) and mixes the groups with one small tensor-core product against the block's
+  block-diagonal weight, built in registers. The weight gradient reduces over output
+  positions, all taps of a block at once (dy loaded once per position block), into a float32
+  workspace summed afterwards in a fixed order.
+- ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
+  zeros between groups make it the same convolution), run by implicit_gemm; its weight
+  gradient is computed densely and its diagonal blocks kept. It keeps implicit_gemm's output
+  phases, so it is the default where the input is dilated (transposed convolutions, input
+  gradients of strided ones), which the direct kernel would only mask.
+
+Both multiply ``pack`` (``block_g``) times more (zero) products than the groups need; the
+tensor cores have that to spare, these layers being bound by memory.
 """
 
 from __future__ import annotations
@@ -21,17 +28,41 @@ from dataclasses import dataclass, replace
 import torch
 
 from . import implicit_gemm
-from .triton_support import group_channels, kernel_reason
+from .triton_support import (
+    INTERPRET,
+    cdiv,
+    group_channels,
+    kernel_reason,
+    needs_int64,
+    pad3,
+    sm_count,
+    spatial_strides,
+)
 
 NAME = "grouped"
-# Packed groups are at least this wide (C/groups or O/groups, whichever is wider).
+# Groups at least this wide (C/groups or O/groups) fill tensor-core tiles alone (implicit_gemm).
 TARGET_WIDTH = 32
+# The direct kernel's channel blocks are at least this wide (the smallest tensor-core product).
+MIN_BLOCK = 16
 
 
 @dataclass(frozen=True)
 class Config:
-    pack: int  # consecutive groups packed into one block-diagonal group
-    tile: implicit_gemm.Config | None = None  # the packed problem's config (None: its default)
+    kernel: str = "direct"  # "direct" (grouped_kernels.py) or "packed" (implicit_gemm)
+    pack: int = 0  # packed: consecutive groups merged into one block-diagonal group
+    tile: implicit_gemm.Config | None = None  # packed: the packed problem's config (None: its default)
+    block_g: int = 0  # direct: whole groups per program (0: the fewest that fill MIN_BLOCK)
+    block_p: int = 128  # direct: output positions per program (weight gradient: per step)
+    tile_w: int = 0  # direct forward: positions along the last axis per 2-D tile (0: flat rows)
+    num_warps: int = 4
+    num_stages: int = 1  # direct: 1 keeps the tap loads plain (L1-cached), no cp.async pipeline
+    programs_per_sm: int = 8  # direct weight gradient: row chunks sized to fill the GPU this much
+    tap_lanes: int = 128  # direct: (tap, channel) lanes per tensor-core product (taps per chunk)
+    fma: bool = False  # direct forward: CUDA cores instead (power-of-two groups, whole blocks)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _pack_factors(p) -> list[int]:
@@ -47,6 +78,20 @@ def _default_pack(p) -> int:
     return next((d for d in factors if d * max(cg, og) >= TARGET_WIDTH), factors[-1])
 
 
+def _default_block_g(p) -> int:
+    """The fewest whole groups whose input and output channels both fill MIN_BLOCK (a power of
+    two: the block widths are, so no lane is wasted on a partial group)."""
+    cg, og = group_channels(p)
+    return _pow2(-(-MIN_BLOCK // min(cg, og)))
+
+
+def _dilated_input(p) -> bool:
+    """The pass reads an input with inserted zeros (transposed convolutions, input gradients of
+    strided ones): the direct kernel would multiply them, masked, where the packed GEMM's output
+    phases skip them. (The direct weight gradient only masks its gathers; no product is added.)"""
+    return p.pass_ != "wgrad" and any(d > 1 for d in p.input_dilation)
+
+
 def supports(p):
     reason = kernel_reason(p)
     if reason:
@@ -56,9 +101,12 @@ def supports(p):
         return False, "not a grouped convolution"
     if max(cg, og) >= TARGET_WIDTH:
         return False, f"groups of {cg}x{og} channels already fill tensor-core tiles (implicit_gemm)"
-    if not _pack_factors(p):
-        return False, f"no group count divides {p.groups} into packs of useful width"
-    return True, f"{_default_pack(p)} groups of {cg}x{og} channels packed block-diagonally per tensor-core tile"
+    config = default_config(p)
+    if config.kernel == "packed":
+        return True, f"{config.pack} groups of {cg}x{og} channels packed block-diagonally per tensor-core tile"
+    bg = config.block_g or _default_block_g(p)
+    return True, (f"direct kernel: {bg} groups of {cg}x{og} channels per block-diagonal tensor-core "
+                  "product, input tiles reused across taps from L1")
 
 
 def packed_problem(p, pack: int):
@@ -69,17 +117,40 @@ def packed_problem(p, pack: int):
 
 
 def default_config(p) -> Config:
-    return Config(_default_pack(p))
+    """The direct kernel, except where the pass's input is dilated and packing is possible."""
+    if _dilated_input(p) and _pack_factors(p):
+        return Config("packed", _default_pack(p))
+    if p.pass_ == "wgrad":
+        return Config(block_g=_default_block_g(p), block_p=64)
+    return Config(block_g=_default_block_g(p), block_p=128)
 
 
 def configs(p) -> list[Config]:
-    out = []
-    for pack in [_default_pack(p)] + _pack_factors(p):
-        for tile in implicit_gemm.configs(packed_problem(p, pack))[:6]:
-            c = Config(pack, tile)
-            if c not in out:
-                out.append(c)
-    return out
+    """The direct kernel's block, tile and pipeline shapes, then the packed GEMM's."""
+    base = default_config(p)
+    out = [base]
+    bg = _default_block_g(p)
+    if p.pass_ == "wgrad":
+        shapes = [(bg, bp, 4, stages, pps) for bp in (64, 128, 32) for stages in (1, 2)
+                  for pps in (8, 4, 16)] + [(2 * bg, 64, 4, 1, 8), (bg, 64, 8, 1, 8), (bg, 128, 8, 1, 8)]
+        out += [Config(block_g=b, block_p=bp, num_warps=w, num_stages=s, programs_per_sm=pps)
+                for b, bp, w, s, pps in shapes]
+    else:
+        tile_ws = (0,) if p.ndim == 1 else (0, 8, 16, 32)
+        out += [Config(block_g=b, block_p=bp, tile_w=tw, num_warps=w, num_stages=s)
+                for b in (bg, 2 * bg) for bp in (128, 64, 256) for tw in tile_ws
+                for w, s in ((4, 1), (8, 1), (4, 2))]
+        out += [c for c in (Config(fma=True), Config(fma=True, block_p=256),
+                            Config(fma=True, block_p=512, num_warps=8)) if _fma_possible(p, c)]
+    if _pack_factors(p):
+        for pack in [_default_pack(p)] + _pack_factors(p):
+            for tile in [None, *implicit_gemm.configs(packed_problem(p, pack))[:6]]:
+                out.append(Config("packed", pack, tile))
+    unique = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
 
 
 def block_diagonal(w: torch.Tensor, pack: int) -> torch.Tensor:
@@ -99,6 +170,10 @@ def _merge_groups(t: torch.Tensor, pack: int) -> torch.Tensor:
 def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
+    if config.kernel == "direct":
+        if p.pass_ == "wgrad":
+            return _run_direct_wgrad(p, x, w, out, config)
+        return _run_direct(p, x, w, out, config)
     pack = config.pack
     q = packed_problem(p, pack)
     tile = config.tile or implicit_gemm.default_config(q)
@@ -115,3 +190,127 @@ def _run_wgrad(p, q, x_t, dy_t, dw_t, pack, tile):
     blocks = dense.view(G // pack, pack, Og, math.prod(K), pack, Cg)
     diagonal = torch.diagonal(blocks, dim1=1, dim2=4)  # [G/pack, Og, prod(K), Cg, pack]
     dw.copy_(diagonal.permute(0, 4, 1, 2, 3).reshape(dw.shape))
+
+
+# ---------------------------------------------------------------------- direct kernel
+
+
+def _blocks(p, config: Config):
+    """(groups per block, input lanes, output lanes, every lane real)."""
+    cg, og = group_channels(p)
+    bg = config.block_g or _default_block_g(p)
+    bci, bco = max(MIN_BLOCK, _pow2(bg * cg)), max(MIN_BLOCK, _pow2(bg * og))
+    return bg, bci, bco, p.groups % bg == 0 and bci == bg * cg and bco == bg * og
+
+
+def _geometry(stride, kdil, idil, lo):
+    return (*pad3(stride, 1), *pad3(kdil, 1), *pad3(idil, 1), *pad3(lo, 0))
+
+
+def _check_adjacent_groups(t: torch.Tensor) -> None:
+    """The kernels address a [..., G, n] view's channels flat: its groups must be adjacent."""
+    assert t.shape[-2] == 1 or t.stride(-2) == t.shape[-1] * t.stride(-1), (t.shape, t.stride())
+
+
+def _precision(p) -> str:
+    return "tf32" if p.allow_tf32 else "ieee"
+
+
+def _fma_possible(p, config: Config) -> bool:
+    even = _blocks(p, config)[3]
+    cg, og = group_channels(p)
+    return even and cg == _pow2(cg) and og == _pow2(og)
+
+
+def _run_direct(p, x, w, out, config: Config):
+    from .grouped_kernels import grouped_fwd_kernel
+
+    _check_adjacent_groups(x)
+    _check_adjacent_groups(out)
+    D, G = p.ndim, p.groups
+    bg, bci, bco, even = _blocks(p, config)
+    SO1, SO2, SO3 = pad3(p.out_spatial, 1)
+    rows = p.batch * SO1 * SO2 * SO3
+    tile_w = min(config.tile_w, _pow2(SO3))
+    tile_h = min(config.block_p // tile_w, _pow2(SO2)) if tile_w else 0
+    if tile_h * tile_w < MIN_BLOCK:  # flat rows (also for 1-D problems and narrow tiles)
+        tile_h, tile_w = 0, config.block_p
+        tiles = cdiv(rows, tile_w)
+    else:
+        tiles = p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, tile_w)
+    taps = math.prod(p.kernel)
+    ta, chunks, tb = _tap_split(taps, bci, config.tap_lanes)
+    _, K2, K3 = pad3(p.kernel, 1)
+    sx, sw, sy = x.stride(), w.stride(), out.stride()
+    if config.fma and _fma_possible(p, config):
+        from .grouped_kernels import grouped_fwd_fma_kernel
+
+        grouped_fwd_fma_kernel[(cdiv(rows, config.block_p) * (G // bg),)](
+            x, w, out, G, rows, taps,
+            *pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,
+            *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
+            sx[0], *spatial_strides(x, 1, D), sx[-1],
+            sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
+            sy[0], *spatial_strides(out, 1, D), sy[-1],
+            CG=p.c_per_group, OG=p.o_per_group, BG=bg, FLIP=p.flip, INT64=needs_int64(x, w, out),
+            BLOCK_P=config.block_p, num_warps=config.num_warps, num_stages=config.num_stages,
+        )
+        return
+    grouped_fwd_kernel[(tiles * cdiv(G, bg),)](
+        x, w, out, G, rows, taps, chunks,
+        *pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,
+        *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
+        sx[0], *spatial_strides(x, 1, D), sx[-1],
+        sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
+        sy[0], *spatial_strides(out, 1, D), sy[-1],
+        CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, TA=ta, TB=tb, EVEN=even, FLIP=p.flip,
+        INT64=needs_int64(x, w, out), TILE_H=tile_h, TILE_W=tile_w,
+        PRECISION=_precision(p), UPCAST=INTERPRET,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+
+
+def _tap_split(taps: int, bci: int, lanes: int) -> tuple[int, int, int]:
+    """(TA, chunks, TB): the taps go in chunks of TA, then TB more (powers of two, TB < TA or 0),
+    so that a 3x3 kernel is 8 + 1 taps and nothing is padded; a chunk's gathered input tile has
+    at most ``lanes`` (tap, channel) columns."""
+    most = max(1, lanes // bci)
+    ta = min(1 << (taps.bit_length() - 1), 1 << (most.bit_length() - 1))
+    rest = taps % ta
+    return ta, taps // ta, _pow2(rest) if rest else 0
+
+
+def _run_direct_wgrad(p, x_t, dy_t, dw_t, config: Config):
+    """Rows (output positions) split into chunks, one per program with a channel block and a
+    tap chunk; each program's diagonal blocks go to a float32 workspace slice, summed
+    afterwards."""
+    from .grouped_kernels import grouped_wgrad_kernel
+
+    D, G = p.ndim, p.groups
+    x, dy, dw, (stride, kdil, idil, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
+    _check_adjacent_groups(x)
+    _check_adjacent_groups(dy)
+    cg, og = group_channels(p)
+    bg, bci, bco, even = _blocks(p, config)
+    taps = math.prod(kernel)
+    ta, tap_chunks, tb = _tap_split(taps, bci, config.tap_lanes)
+    _, K2, K3 = pad3(kernel, 1)
+    rows = x.shape[0] * math.prod(out_spatial)
+    other = cdiv(G, bg) * tap_chunks
+    chunks = max(1, min(cdiv(rows, config.block_p), config.programs_per_sm * sm_count(x.device) // other))
+    rows_per_program = cdiv(cdiv(rows, chunks), config.block_p) * config.block_p
+    chunks = cdiv(rows, rows_per_program)
+    ws = torch.empty((chunks, G, og, taps, cg), device=x.device, dtype=torch.float32)
+    sx, sd = x.stride(), dy.stride()
+    grouped_wgrad_kernel[(chunks * cdiv(G, bg), tap_chunks)](
+        x, dy, ws, G, rows, rows_per_program, taps,
+        *pad3(p.in_spatial, 1), *pad3(out_spatial, 1), K2, K3,
+        *_geometry(stride, kdil, idil, lo),
+        sx[0], *spatial_strides(x, 1, D), sx[-1],
+        sd[0], *spatial_strides(dy, 1, D), sd[-1],
+        CG=cg, OG=og, BG=bg, BCI=bci, BCO=bco, TA=ta, TB=tb, EVEN=even,
+        INT64=needs_int64(x, dy), BLOCK_P=config.block_p,
+        PRECISION=_precision(p), UPCAST=INTERPRET,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    dw.copy_(ws.sum(0).view(dw.shape))

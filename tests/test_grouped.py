@@ -1,0 +1,84 @@
+"""The grouped algorithm's two kernels (direct and packed) and their configs, against the
+float64 reference, in every pass (Triton's interpreter on CPUs)."""
+
+import pytest
+import torch
+from cases import PASSES, conv_args, for_pass
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from ndconv import testing
+from ndconv.algorithms import grouped
+from ndconv.api import make_problem
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+Config = grouped.Config
+
+# ResNeXt-like (4x4 groups, whole 16-lane blocks), a group count that is not a multiple of the
+# block, groups of 3 in and 5 out channels (lanes padded), 8-wide groups, 2-D and 1-D and 3-D.
+CASES = {
+    "resnext_4x4": ((2, 6, 7, 32), (32, 3, 3, 4), {"padding": 1, "groups": 8}),
+    "g6_4x4_s2": ((1, 7, 9, 24), (24, 3, 3, 4), {"stride": 2, "padding": ([1, 0], [1, 2]), "groups": 6}),
+    "g3_3x5_kdil": ((2, 8, 6, 9), (15, 3, 2, 3), {"kernel_dilation": (2, 1), "padding": 2, "groups": 3}),
+    "g2_8x8_flip": ((1, 5, 6, 16), (16, 2, 3, 8), {"padding": 1, "groups": 2, "flip": True}),
+    "1d_g4_k5": ((2, 11, 16), (8, 5, 4), {"padding": ([4], [0]), "groups": 4}),
+    "3d_g4_2x2": ((1, 4, 4, 5, 8), (8, 3, 3, 3, 2), {"padding": 1, "groups": 4}),
+    "convT_g4": ((1, 4, 5, 16), (8, 4, 4, 4), {"input_dilation": 2, "padding": 2, "groups": 4, "flip": True}),
+}
+CONFIGS = {
+    "direct": Config(),
+    "direct_tiles_8": Config(tile_w=8, block_p=32),
+    "direct_2x_block_chunks": Config(block_g=8, tap_lanes=32, block_p=16),
+    "direct_wgrad_small_steps": Config(block_p=16, programs_per_sm=64),
+    "direct_fma": Config(fma=True, block_p=32),  # CUDA cores where groups allow, else the above
+    "packed": Config("packed", 2),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_kernels_match_reference(case, pass_, config):
+    x, w, args = case
+    for dtype in (torch.float32, torch.bfloat16) if config == CONFIGS["direct"] else (torch.float32,):
+        p = for_pass(make_problem(x, w, dtype=dtype, device=DEVICE, **args), pass_)
+        assert grouped.supports(p)[0]
+        if config.kernel == "packed" and p.groups % config.pack:
+            continue
+        report = testing.check("grouped", p, seed=len(x), config=config)
+        assert report.ok, f"{config} on {p}: {report}"
+
+
+@settings(max_examples=30)
+@given(drawn=conv_args(), pass_=st.sampled_from(PASSES), seed=st.integers(0, 2**16),
+       config=st.sampled_from([CONFIGS["direct"], CONFIGS["direct_2x_block_chunks"]]))
+def test_direct_kernel_matches_reference_random(drawn, pass_, seed, config):
+    """Every argument (stride, padding and crops, both dilations, flip), the direct kernel forced
+    (its default is the packed one where the input is dilated)."""
+    x_shape, w_shape, args = drawn
+    p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args), pass_)
+    assume(grouped.supports(p)[0])
+    report = testing.check("grouped", p, seed=seed, config=config)
+    assert report.ok, f"{config} on {p}: {report}"
+
+
+def test_tap_split_pads_no_tap_of_common_kernels():
+    assert grouped._tap_split(9, 16, 128) == (8, 1, 1)  # 3x3: 8 + 1
+    assert grouped._tap_split(3, 16, 128) == (2, 1, 1)
+    assert grouped._tap_split(4, 16, 128) == (4, 1, 0)
+    assert grouped._tap_split(1, 16, 128) == (1, 1, 0)
+    assert grouped._tap_split(27, 16, 128) == (8, 3, 4)  # 3x3x3: 3 chunks of 8, then 3 of 4
+    assert grouped._tap_split(49, 32, 128) == (4, 12, 1)
+    assert grouped._tap_split(9, 32, 16) == (1, 9, 0)
+
+
+def test_default_config_is_direct_except_on_dilated_inputs():
+    p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16)
+    for q in (p, p.dgrad(), p.wgrad()):
+        config = grouped.default_config(q)
+        assert config.kernel == "direct" and grouped._blocks(q, config)[:3] == (4, 16, 16), q
+    s2 = make_problem((8, 56, 56, 128), (128, 3, 3, 4), stride=2, padding=1, groups=32,
+                      dtype=torch.bfloat16)
+    assert grouped.default_config(s2).kernel == "direct"
+    assert grouped.default_config(s2.dgrad()).kernel == "packed"  # input dilation 2: phases
+    assert grouped.default_config(s2.wgrad()).kernel == "direct"
