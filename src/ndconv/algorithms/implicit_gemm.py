@@ -14,13 +14,21 @@ so the result is deterministic. It gathers whichever operand makes the gather de
 stride `stride` (rows over output positions) when there is no input dilation, else dy at stride
 `input_dilation` (rows over input positions).
 
+Hopper path (``Config.tma``): at stride 1 without input dilation, every input tile of a tap is a
+box of the channels-last input shifted by the tap, so the tensor-memory accelerator (TMA) loads
+it, and fills what falls outside the input with zeros, which is the padding: no masks, no
+per-element addresses, loads pipelined on barriers and fed to wgmma from shared memory. The
+output tile is a box of positions (e.g. 8 x 16 of one image) times a block of output channels.
+It needs TMA's alignment (16-byte strides and base); problems or tensors without it, and GPUs
+before sm_90, take the gather path.
+
 Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -40,6 +48,8 @@ class Config:
     packed: bool = False  # reduction steps over (last-axis tap, channel) pairs (small channel counts)
     split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
     tapwise: bool = True  # weight gradient: column tiles within one tap (else (tap, channel) pairs)
+    tma: bool = False  # forward at stride 1: TMA boxes instead of gathers (see tma_reason)
+    box_w: int = 0  # tma: output positions of a tile along the last spatial axis (0: block_m)
 
 
 def supports(p):
@@ -131,6 +141,10 @@ def run(p, x, w, out, config: Config | None = None):
     config = config or default_config(p)
     if p.pass_ == "wgrad":
         return _run_wgrad(p, x, w, out, config)
+    if config.tma:  # the Hopper path, when these tensors allow it; else the gather below
+        if _run_tma(p, x, w, out, config):
+            return
+        config = replace(config, tma=False)
     from .implicit_gemm_kernels import conv_fwd_kernel
 
     D = p.ndim
@@ -242,3 +256,104 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     )
     if split > 1:
         out_view.copy_(target.sum(0))
+
+
+# ---------------------------------------------------------------------------- the TMA path
+
+TMA_BOX_MAX = 256  # elements per box dimension (the tensor-memory accelerator's limit)
+
+
+def tma_reason(p) -> str | None:
+    """None when problem ``p`` can take the TMA path (given aligned tensors), else why not."""
+    if p.pass_ == "wgrad":
+        return "the weight gradient has its own kernel"
+    if any(s != 1 for s in p.stride) or any(d != 1 for d in p.input_dilation):
+        return "TMA boxes need stride 1 and no input dilation"
+    if p.device == "cuda" and torch.cuda.get_device_capability() < (9, 0):
+        return "TMA needs compute capability 9.0+"
+    esize = torch.empty((), dtype=p.dtype).element_size()
+    if (p.c_per_group * esize) % 16:
+        return f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} is not a multiple of {16 // esize}"
+    return None
+
+
+def _tma_box(out_spatial, batch, block_m: int, box_w: int) -> tuple[int, int, int, int]:
+    """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions: ``box_w`` along
+    the last axis, the rest along axis 2, then axis 1, then the batch, each no longer than the
+    axis (rounded up to a power of two)."""
+    so1, so2, so3 = out_spatial
+    b3 = min(box_w or block_m, block_m)
+    rest = block_m // b3
+    b2 = min(rest, _pow2_at_least(so2, 1, TMA_BOX_MAX))
+    rest //= b2
+    b1 = min(rest, _pow2_at_least(so1, 1, TMA_BOX_MAX))
+    return rest // b1, b1, b2, b3
+
+
+def _mergeable(t: torch.Tensor, first: int, last: int) -> bool:
+    """True when dims first..last of ``t`` are one strided axis (each steps over the next)."""
+    return all(t.stride(d) == t.shape[d + 1] * t.stride(d + 1) or t.shape[d] == 1 for d in range(first, last))
+
+
+def _desc_strides(shape, strides):
+    """Strides for a tensor descriptor: a size-1 dimension's stride is free, so it is given the
+    contiguous one (keeps TMA's 16-byte rule without constraining the caller's view)."""
+    out = list(strides)
+    for d in range(len(shape) - 2, -1, -1):
+        if shape[d] == 1:
+            out[d] = shape[d + 1] * out[d + 1]
+    return out
+
+
+def _run_tma(p, x, w, out, config: Config) -> bool:
+    """The TMA kernel on x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og]; False
+    (nothing launched) when these tensors do not meet TMA's rules."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from .implicit_gemm_kernels import conv_fwd_tma_kernel
+
+    if tma_reason(p) is not None:
+        return False
+    D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
+    esize = x.element_size()
+    bk, bn = config.block_k, config.block_n
+    if bk * esize > 128 or bn > TMA_BOX_MAX or (G > 1 and Cg % bk):
+        return False  # a 128-byte swizzle row at most; a channel block never straddles groups
+    if x.stride(-1) != 1 or (G > 1 and x.stride(-2) != Cg):
+        return False
+    if w.stride(-1) != 1 or (G > 1 and w.stride(0) != Og * w.stride(1)):
+        w = w.contiguous()  # the input gradient's weight view (O and C swapped): a small copy
+    N = p.batch
+    S, SO = pad3(p.in_spatial, 1), pad3(p.out_spatial, 1)
+    K, KD, LO = pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.padding_lo, 0)
+    x_shape = [N, *S, G * Cg]
+    x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
+    y_strides = [out.stride(0), *spatial_strides(out, 1, D)]
+    pointwise = all(k == 1 for k in K) and not any(p.padding_lo) and not any(p.padding_hi)
+    if pointwise and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
+        rows = N * math.prod(S)
+        x_shape, x_strides = [1, 1, 1, rows, G * Cg], [0, 0, 0, x.stride(D), 1]
+        y_strides = [0, 0, 0, out.stride(D)]
+        N, S, SO = 1, (1, 1, rows), (1, 1, rows)
+    bb, b1, b2, b3 = _tma_box(SO, N, config.block_m, config.box_w)
+    if max(bb, b1, b2, b3) > TMA_BOX_MAX:
+        return False
+    w_shape = [*K, G * Og, Cg]
+    w_strides = [*spatial_strides(w, 2, D), w.stride(1), 1]
+    x_strides, w_strides = _desc_strides(x_shape, x_strides), _desc_strides(w_shape, w_strides)
+    for t, strides in ((x, x_strides), (w, w_strides)):
+        if t.data_ptr() % 16 or any((s * esize) % 16 for s in strides[:-1]):
+            return False
+    x_desc = TensorDescriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
+    w_desc = TensorDescriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
+    m_tiles = cdiv(N, bb) * cdiv(SO[0], b1) * cdiv(SO[1], b2) * cdiv(SO[2], b3)
+    grid = (m_tiles * cdiv(Og, bn), G)
+    conv_fwd_tma_kernel[grid](
+        x_desc, w_desc, out,
+        N, Cg, Og, *SO, *K, *KD, *LO,
+        *y_strides, out.stride(-2), out.stride(-1),
+        FLIP=p.flip, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
+        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return True
