@@ -48,8 +48,9 @@ class Config:
     packed: bool = False  # reduction steps over (last-axis tap, channel) pairs (small channel counts)
     split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
     tapwise: bool = True  # weight gradient: column tiles within one tap (else (tap, channel) pairs)
-    tma: bool = False  # forward at stride 1: TMA boxes instead of gathers (see tma_reason)
-    box_w: int = 0  # tma: output positions of a tile along the last spatial axis (0: block_m)
+    tma: bool = False  # stride 1, no input dilation: TMA boxes instead of gathers (see tma_reason)
+    box_h: int = 0  # tma: a tile's output positions along the second-to-last spatial axis and
+    box_w: int = 0  # along the last one (0, 0: the box of block_m positions that wastes least)
 
 
 def supports(p):
@@ -68,9 +69,8 @@ def _pow2_at_least(n: int, lo: int, hi: int) -> int:
 
 
 def default_config(p) -> Config:
-    """Tile shapes by the problem's shape class, set from tools/tune.py runs on the H200 (bf16:
-    docs/PERFORMANCE.md): the widest output-channel tile the problem fills, 8 warps from 128x64
-    up, a 256-row tile only for long reductions over many rows."""
+    """Tile shapes by the problem's shape class: the TMA path's (``tma_config``) on Hopper for
+    the problems it takes, else the gather path's (``gather_config``)."""
     half = p.dtype != torch.float32
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
@@ -82,6 +82,16 @@ def default_config(p) -> Config:
             block_n = min(block_n, 64)
         warps = 8 if block_m * block_n >= 128 * 64 else 4
         return Config(block_m, block_n, 64 if half else 32, warps, 3 if warps == 8 else 4, tapwise=tapwise)
+    if p.device == "cuda" and tma_reason(p) is None:  # Hopper, stride 1: TMA boxes
+        return tma_config(p)
+    return gather_config(p)
+
+
+def gather_config(p) -> Config:
+    """The gather path's tiles for a forward or input-gradient problem, set from tools/tune.py
+    runs on the H200 (bf16: docs/PERFORMANCE.md): the widest output-channel tile the problem
+    fills, 8 warps from 128x64 up, a 256-row tile only for long reductions over many rows."""
+    half = p.dtype != torch.float32
     M, N, K = p.gemm_mnk
     packed = p.c_per_group < 16
     # the widest output-channel tile that wastes at most a quarter of the columns it covers
@@ -119,6 +129,10 @@ def configs(p) -> list[Config]:
                 if bm <= max(16, 2 * rows_of_dw) and c not in out:
                     out.append(c)
         return out
+    if base.tma:
+        out += [c for c in tma_configs(p) if c not in out]
+        base = gather_config(p)
+        out.append(base)
     N = p.gemm_mnk[1]
     for bm, bn, bk, warps, stages in _TILES:
         c = Config(bm, bn, bk, warps, stages, base.packed)
@@ -271,23 +285,86 @@ def tma_reason(p) -> str | None:
         return "TMA boxes need stride 1 and no input dilation"
     if p.device == "cuda" and torch.cuda.get_device_capability() < (9, 0):
         return "TMA needs compute capability 9.0+"
+    if p.dtype == torch.float32 and not p.allow_tf32:
+        return "exact float32 has no tensor-core path to feed"
     esize = torch.empty((), dtype=p.dtype).element_size()
     if (p.c_per_group * esize) % 16:
         return f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} is not a multiple of {16 // esize}"
+    if p.groups > 1 and p.c_per_group % _min_block_k(esize):
+        return (f"with groups, a channel block must not straddle two: C/groups = {p.c_per_group} "
+                f"is not a multiple of {_min_block_k(esize)}")
     return None
 
 
-def _tma_box(out_spatial, batch, block_m: int, box_w: int) -> tuple[int, int, int, int]:
-    """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions: ``box_w`` along
-    the last axis, the rest along axis 2, then axis 1, then the batch, each no longer than the
-    axis (rounded up to a power of two)."""
+def _min_block_k(esize: int) -> int:
+    """The shortest reduction step of a tensor-core instruction (16 halves, 8 TF32 values)."""
+    return 32 // esize
+
+
+def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int = 0):
+    """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions.
+
+    Given ``box_h`` x ``box_w`` on the last two axes, the rest of block_m goes to axis 1, then to
+    the batch. Else, of the boxes that waste at most 3% more positions than the best, the one
+    with the longest rows (one contiguous run of the input each)."""
+    def fit(n, b):  # the fraction of a tiling of n by b that is real
+        return n / (-(-n // b) * b)
+
     so1, so2, so3 = out_spatial
-    b3 = min(box_w or block_m, block_m)
-    rest = block_m // b3
-    b2 = min(rest, _pow2_at_least(so2, 1, TMA_BOX_MAX))
-    rest //= b2
-    b1 = min(rest, _pow2_at_least(so1, 1, TMA_BOX_MAX))
-    return rest // b1, b1, b2, b3
+    if box_w:
+        b3 = min(box_w, block_m)
+        b2 = min(box_h or _pow2_at_least(so2, 1, TMA_BOX_MAX), block_m // b3)
+        rest = block_m // (b3 * b2)
+        b1 = min(rest, _pow2_at_least(so1, 1, TMA_BOX_MAX))
+        return rest // b1, b1, b2, b3
+    boxes = []
+    pow2 = [1 << i for i in range(block_m.bit_length())]
+    for b3 in pow2:
+        for b2 in pow2:
+            for b1 in pow2:
+                bb = block_m // (b3 * b2 * b1)
+                if bb < 1 or bb * b1 * b2 * b3 != block_m or any(
+                        b > _pow2_at_least(n, 1, TMA_BOX_MAX) for b, n in ((b1, so1), (b2, so2), (b3, so3))):
+                    continue
+                boxes.append((fit(batch, bb) * fit(so1, b1) * fit(so2, b2) * fit(so3, b3), (bb, b1, b2, b3)))
+    best = max(f for f, _ in boxes)
+    return max((box[::-1] for f, box in boxes if f >= best - 0.03))[::-1]  # widest rows within 3%
+
+
+def tma_config(p) -> Config:
+    """The TMA path's tiles. The product is computed as [output channels, positions], so
+    block_n is wgmma's M (64 per warpgroup) and block_m its N (up to 256): 128 x 128 on 8 warps
+    (about 90 registers: two CTAs fit on an SM) for wide layers, 64 channels x 256 positions on
+    4 warps for 64-channel layers."""
+    half = p.dtype != torch.float32
+    Og, Cg = p.o_per_group, p.c_per_group
+    esize = 2 if half else 4
+    block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
+    block_m = 256 if block_n == 64 else 128
+    widest = 128 // esize  # one 128-byte swizzled row of shared memory
+    if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
+        block_k = next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
+    else:  # the last block is zero-filled past C
+        block_k = _pow2_at_least(Cg, _min_block_k(esize), widest)
+    warps = 4 if block_n == 64 else 8
+    stages = 3 if block_n == 128 else 4  # 96 KB of 128 x 128 x 64 stages: two CTAs per SM
+    return Config(block_m, block_n, block_k, warps, stages, tma=True)
+
+
+# TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
+_TMA_TILES = ((128, 128, 8, 3), (256, 64, 4, 4), (128, 64, 4, 4), (256, 128, 8, 3), (128, 256, 8, 3),
+              (128, 128, 8, 4), (64, 128, 4, 4))
+
+
+def tma_configs(p) -> list[Config]:
+    """TMA tiles for autotuning (tma_config's first), pruned by the output channels."""
+    base = tma_config(p)
+    out = [base]
+    for bm, bn, warps, stages in _TMA_TILES:
+        c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
+        if bn <= max(64, 2 * p.o_per_group) and c not in out:
+            out.append(c)
+    return out
 
 
 def _mergeable(t: torch.Tensor, first: int, last: int) -> bool:
@@ -335,7 +412,7 @@ def _run_tma(p, x, w, out, config: Config) -> bool:
         x_shape, x_strides = [1, 1, 1, rows, G * Cg], [0, 0, 0, x.stride(D), 1]
         y_strides = [0, 0, 0, out.stride(D)]
         N, S, SO = 1, (1, 1, rows), (1, 1, rows)
-    bb, b1, b2, b3 = _tma_box(SO, N, config.block_m, config.box_w)
+    bb, b1, b2, b3 = _tma_box(SO, N, config.block_m, config.box_h, config.box_w)
     if max(bb, b1, b2, b3) > TMA_BOX_MAX:
         return False
     w_shape = [*K, G * Og, Cg]

@@ -271,7 +271,7 @@ def conv_fwd_tma_kernel(
     u2 = u1
     u3 = u1
     c0 = u1
-    for kk in range(0, K1 * K2 * K3 * tl.cdiv(CG, BLOCK_K)):
+    for kk in range(K1 * K2 * K3 * tl.cdiv(CG, BLOCK_K)):
         a = x_desc.load([b0, j1 + u1 * KD1 - LO1, j2 + u2 * KD2 - LO2, j3 + u3 * KD3 - LO3, c_base + c0])
         a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
         if FLIP:
