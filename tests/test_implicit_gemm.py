@@ -195,7 +195,7 @@ def test_tma_config_tiles():
     def config(x, w, **args):
         return implicit_gemm.tma_config(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
-    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(256, 64, 64, 4, 4, tma=True)
+    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 4, tma=True)
     assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
-    assert config((2, 8, 80), (64, 3, 80)).block_k == 64  # the last block is zero-filled past C
+    assert config((2, 8, 80), (64, 3, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled

@@ -333,26 +333,27 @@ def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int =
 
 def tma_config(p) -> Config:
     """The TMA path's tiles. The product is computed as [output channels, positions], so
-    block_n is wgmma's M (64 per warpgroup) and block_m its N (up to 256): 128 x 128 on 8 warps
-    (about 90 registers: two CTAs fit on an SM) for wide layers, 64 channels x 256 positions on
-    4 warps for 64-channel layers."""
+    block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
+    warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
+    3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
+    main loop (Triton 3.6 does not warp-specialise this loop on Hopper)."""
     half = p.dtype != torch.float32
     Og, Cg = p.o_per_group, p.c_per_group
     esize = 2 if half else 4
     block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
-    block_m = 256 if block_n == 64 else 128
     widest = 128 // esize  # one 128-byte swizzled row of shared memory
     if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
         block_k = next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
-    else:  # the last block is zero-filled past C
-        block_k = _pow2_at_least(Cg, _min_block_k(esize), widest)
+    else:  # the last block is zero-filled past C: the widest step that wastes at most a quarter
+        block_k = next(bk for bk in (widest, widest // 2, widest // 4)
+                       if bk == _min_block_k(esize) or -(-Cg // bk) * bk <= 1.25 * Cg)
     warps = 4 if block_n == 64 else 8
-    stages = 3 if block_n == 128 else 4  # 96 KB of 128 x 128 x 64 stages: two CTAs per SM
-    return Config(block_m, block_n, block_k, warps, stages, tma=True)
+    stages = 3 if block_n == 128 else 4
+    return Config(128, block_n, block_k, warps, stages, tma=True)
 
 
 # TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
-_TMA_TILES = ((128, 128, 8, 3), (256, 64, 4, 4), (128, 64, 4, 4), (256, 128, 8, 3), (128, 256, 8, 3),
+_TMA_TILES = ((128, 128, 8, 3), (128, 64, 4, 4), (256, 64, 4, 4), (256, 128, 8, 3), (128, 256, 8, 3),
               (128, 128, 8, 4), (64, 128, 4, 4))
 
 
