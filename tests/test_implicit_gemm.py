@@ -1,6 +1,8 @@
 """The Triton implicit GEMM beyond the shared case list: every config family, split-K, forcing it
 through the public API (gradients included), what it refuses and why, and 64-bit offsets."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from cases import CASE_PARAMS, PASSES, for_pass
@@ -94,3 +96,106 @@ def test_phases_of_an_input_dilated_problem():
     assert empty == ((2, 1),)
     assert table.tolist() == [[0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 7, -1, 0, 3]]  # r, count, base, t0, taps
     assert rows == 7
+
+
+# ---------------------------------------------------------------------------- the TMA path
+# The same kernel runs on the H200 and in Triton's interpreter (host-side tensor descriptors;
+# the interpreter zero-fills a box's out-of-bounds elements as TMA does, negative coordinates too).
+
+TMA_CASES = [  # (x, w, conv_general arguments): tiny, channel rows of 16 bytes at least
+    pytest.param((2, 5, 7, 16), (8, 3, 3, 16), dict(padding=1), id="2d_3x3"),
+    pytest.param((2, 6, 7, 8), (16, 3, 2, 8), dict(padding=([2, 0], [0, 3])), id="2d_asym_pad"),
+    pytest.param((1, 9, 8, 16), (8, 3, 3, 16), dict(padding=([-1, 2], [1, -2])), id="2d_crop"),
+    pytest.param((2, 7, 6, 16), (8, 3, 3, 16), dict(kernel_dilation=(2, 1), padding=2, flip=True),
+                 id="2d_kdil_flip"),
+    pytest.param((2, 5, 5, 32), (32, 3, 3, 16), dict(padding=1, groups=2), id="2d_groups"),
+    pytest.param((2, 5, 6, 24), (20, 1, 1, 24), dict(), id="2d_1x1_gemm"),
+    pytest.param((2, 13, 16), (8, 3, 16), dict(padding=([2], [0]), kernel_dilation=2), id="1d_causal_kdil"),
+    pytest.param((1, 4, 5, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
+]
+TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True), Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4))
+
+
+def _problem_for_tma(x_shape, w_shape, args, dtype, pass_="fwd"):
+    from ndconv.api import make_problem
+
+    p = make_problem(x_shape, w_shape, dtype=dtype, device=DEVICE, **args)
+    p = p if pass_ == "fwd" else p.dgrad()
+    if dtype == torch.float32:  # the TMA path feeds tensor cores: fp32 as TF32 (exact in the interpreter)
+        p = replace(p, allow_tf32=True)
+    return p
+
+
+def _check_tma(p, config, monkeypatch):
+    launched = []
+    real = implicit_gemm._run_tma
+    monkeypatch.setattr(implicit_gemm, "_run_tma", lambda *a: launched.append(real(*a)) or launched[-1])
+    report = testing.check("implicit_gemm", p, seed=7, config=config)
+    assert launched == [True], f"the TMA path did not run {p} with {config}"
+    assert report.ok, f"{config} on {p}: {report}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("x_shape,w_shape,args", TMA_CASES)
+def test_tma_path_matches_reference(x_shape, w_shape, args, dtype, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, dtype)
+    assert implicit_gemm.tma_reason(p) is None
+    for config in TMA_CONFIGS:
+        _check_tma(p, config, monkeypatch)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", TMA_CASES[:5])
+def test_tma_path_input_gradient(x_shape, w_shape, args, monkeypatch):
+    """The input gradient of a stride-1 convolution is one too (its weight view is copied to
+    give TMA unit-stride channels)."""
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16, "dgrad")
+    _check_tma(p, TMA_CONFIGS[0], monkeypatch)
+
+
+def test_tma_path_falls_back_on_unaligned_tensors(monkeypatch):
+    """An input whose base is not 16-byte aligned takes the gather path, with the same tiles."""
+    p = _problem_for_tma((2, 5, 7, 16), (8, 3, 3, 16), dict(padding=1), torch.float16)
+    a, b = testing.random_operands(p, 0)
+    shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
+    shifted.copy_(a)
+    launched = []
+    real = implicit_gemm._run_tma
+    monkeypatch.setattr(implicit_gemm, "_run_tma", lambda *args: launched.append(real(*args)) or launched[-1])
+    out = testing.run_algorithm("implicit_gemm", p, shifted, b, TMA_CONFIGS[0])
+    assert launched == [False]
+    testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p))
+
+
+def test_tma_reasons():
+    from ndconv.api import make_problem
+
+    def reason(x, w, dtype=torch.bfloat16, **args):
+        return implicit_gemm.tma_reason(make_problem(x, w, dtype=dtype, device="cpu", **args))
+
+    assert reason((1, 8, 8, 16), (8, 3, 3, 16), padding=1) is None
+    assert "stride 1" in reason((1, 8, 8, 16), (8, 3, 3, 16), stride=2)
+    assert "stride 1" in reason((1, 8, 8, 16), (8, 3, 3, 16), input_dilation=2)
+    assert "16-byte" in reason((1, 8, 8, 12), (8, 3, 3, 12))
+    assert "float32" in reason((1, 8, 8, 16), (8, 3, 3, 16), dtype=torch.float32)  # exact fp32
+    assert "groups" in reason((1, 8, 8, 48), (8, 3, 3, 24), groups=2)  # 24 = 16 + 8: a tile would straddle
+
+
+def test_tma_boxes_waste_little():
+    assert implicit_gemm._tma_box((1, 56, 56), 64, 256) == (4, 1, 8, 8)  # 56 = 7 x 8: nothing wasted
+    assert implicit_gemm._tma_box((1, 256, 256), 1, 128) == (1, 1, 1, 128)
+    assert implicit_gemm._tma_box((1, 1, 3000), 16, 128) == (1, 1, 1, 128)  # 2% waste: long rows
+    assert implicit_gemm._tma_box((16, 56, 56), 8, 256) == (1, 4, 8, 8)
+    assert implicit_gemm._tma_box((1, 56, 56), 64, 128, box_h=8, box_w=16) == (1, 1, 8, 16)
+    assert implicit_gemm._tma_box((1, 7, 7), 64, 128, box_h=8, box_w=8) == (2, 1, 8, 8)
+
+
+def test_tma_config_tiles():
+    from ndconv.api import make_problem
+
+    def config(x, w, **args):
+        return implicit_gemm.tma_config(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
+
+    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 4, tma=True)
+    assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
+    assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
+    assert config((2, 8, 80), (64, 3, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled

@@ -14,13 +14,21 @@ so the result is deterministic. It gathers whichever operand makes the gather de
 stride `stride` (rows over output positions) when there is no input dilation, else dy at stride
 `input_dilation` (rows over input positions).
 
+Hopper path (``Config.tma``): at stride 1 without input dilation, every input tile of a tap is a
+box of the channels-last input shifted by the tap, so the tensor-memory accelerator (TMA) loads
+it, and fills what falls outside the input with zeros, which is the padding: no masks, no
+per-element addresses, loads pipelined on barriers and fed to wgmma from shared memory. The
+output tile is a box of positions (e.g. 8 x 16 of one image) times a block of output channels.
+It needs TMA's alignment (16-byte strides and base); problems or tensors without it, and GPUs
+before sm_90, take the gather path.
+
 Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -40,6 +48,9 @@ class Config:
     packed: bool = False  # reduction steps over (last-axis tap, channel) pairs (small channel counts)
     split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
     tapwise: bool = True  # weight gradient: column tiles within one tap (else (tap, channel) pairs)
+    tma: bool = False  # stride 1, no input dilation: TMA boxes instead of gathers (see tma_reason)
+    box_h: int = 0  # tma: a tile's output positions along the second-to-last spatial axis and
+    box_w: int = 0  # along the last one (0, 0: the box of block_m positions that wastes least)
 
 
 def supports(p):
@@ -58,9 +69,8 @@ def _pow2_at_least(n: int, lo: int, hi: int) -> int:
 
 
 def default_config(p) -> Config:
-    """Tile shapes by the problem's shape class, set from tools/tune.py runs on the H200 (bf16:
-    docs/PERFORMANCE.md): the widest output-channel tile the problem fills, 8 warps from 128x64
-    up, a 256-row tile only for long reductions over many rows."""
+    """Tile shapes by the problem's shape class: the TMA path's (``tma_config``) on Hopper for
+    the problems it takes, else the gather path's (``gather_config``)."""
     half = p.dtype != torch.float32
     if p.pass_ == "wgrad":
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
@@ -72,6 +82,16 @@ def default_config(p) -> Config:
             block_n = min(block_n, 64)
         warps = 8 if block_m * block_n >= 128 * 64 else 4
         return Config(block_m, block_n, 64 if half else 32, warps, 3 if warps == 8 else 4, tapwise=tapwise)
+    if p.device == "cuda" and tma_reason(p) is None:  # Hopper, stride 1: TMA boxes
+        return tma_config(p)
+    return gather_config(p)
+
+
+def gather_config(p) -> Config:
+    """The gather path's tiles for a forward or input-gradient problem, set from tools/tune.py
+    runs on the H200 (bf16: docs/PERFORMANCE.md): the widest output-channel tile the problem
+    fills, 8 warps from 128x64 up, a 256-row tile only for long reductions over many rows."""
+    half = p.dtype != torch.float32
     M, N, K = p.gemm_mnk
     packed = p.c_per_group < 16
     # the widest output-channel tile that wastes at most a quarter of the columns it covers
@@ -109,6 +129,10 @@ def configs(p) -> list[Config]:
                 if bm <= max(16, 2 * rows_of_dw) and c not in out:
                     out.append(c)
         return out
+    if base.tma:
+        out += [c for c in tma_configs(p) if c not in out]
+        base = gather_config(p)
+        out.append(base)
     N = p.gemm_mnk[1]
     for bm, bn, bk, warps, stages in _TILES:
         c = Config(bm, bn, bk, warps, stages, base.packed)
@@ -131,6 +155,10 @@ def run(p, x, w, out, config: Config | None = None):
     config = config or default_config(p)
     if p.pass_ == "wgrad":
         return _run_wgrad(p, x, w, out, config)
+    if config.tma:  # the Hopper path, when these tensors allow it; else the gather below
+        if _run_tma(p, x, w, out, config):
+            return
+        config = replace(config, tma=False)
     from .implicit_gemm_kernels import conv_fwd_kernel
 
     launch, empty = _forward_launch(p, x, w, out, config)
@@ -277,3 +305,168 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     )
     if split > 1:
         out_view.copy_(target.sum(0))
+
+
+# ---------------------------------------------------------------------------- the TMA path
+
+TMA_BOX_MAX = 256  # elements per box dimension (the tensor-memory accelerator's limit)
+
+
+def tma_reason(p) -> str | None:
+    """None when problem ``p`` can take the TMA path (given aligned tensors), else why not."""
+    if p.pass_ == "wgrad":
+        return "the weight gradient has its own kernel"
+    if any(s != 1 for s in p.stride) or any(d != 1 for d in p.input_dilation):
+        return "TMA boxes need stride 1 and no input dilation"
+    if p.device == "cuda" and torch.cuda.get_device_capability() < (9, 0):
+        return "TMA needs compute capability 9.0+"
+    if p.dtype == torch.float32 and not p.allow_tf32:
+        return "exact float32 has no tensor-core path to feed"
+    esize = torch.empty((), dtype=p.dtype).element_size()
+    if (p.c_per_group * esize) % 16:
+        return f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} is not a multiple of {16 // esize}"
+    if p.groups > 1 and p.c_per_group % _min_block_k(esize):
+        return (f"with groups, a channel block must not straddle two: C/groups = {p.c_per_group} "
+                f"is not a multiple of {_min_block_k(esize)}")
+    return None
+
+
+def _min_block_k(esize: int) -> int:
+    """The shortest reduction step of a tensor-core instruction (16 halves, 8 TF32 values)."""
+    return 32 // esize
+
+
+def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int = 0):
+    """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions.
+
+    Given ``box_h`` x ``box_w`` on the last two axes, the rest of block_m goes to axis 1, then to
+    the batch. Else, of the boxes that waste at most 3% more positions than the best, the one
+    with the longest rows (one contiguous run of the input each)."""
+    def fit(n, b):  # the fraction of a tiling of n by b that is real
+        return n / (-(-n // b) * b)
+
+    so1, so2, so3 = out_spatial
+    if box_w:
+        b3 = min(box_w, block_m)
+        b2 = min(box_h or _pow2_at_least(so2, 1, TMA_BOX_MAX), block_m // b3)
+        rest = block_m // (b3 * b2)
+        b1 = min(rest, _pow2_at_least(so1, 1, TMA_BOX_MAX))
+        return rest // b1, b1, b2, b3
+    boxes = []
+    pow2 = [1 << i for i in range(block_m.bit_length())]
+    for b3 in pow2:
+        for b2 in pow2:
+            for b1 in pow2:
+                bb = block_m // (b3 * b2 * b1)
+                if bb < 1 or bb * b1 * b2 * b3 != block_m or any(
+                        b > _pow2_at_least(n, 1, TMA_BOX_MAX) for b, n in ((b1, so1), (b2, so2), (b3, so3))):
+                    continue
+                boxes.append((fit(batch, bb) * fit(so1, b1) * fit(so2, b2) * fit(so3, b3), (bb, b1, b2, b3)))
+    best = max(f for f, _ in boxes)
+    return max((box[::-1] for f, box in boxes if f >= best - 0.03))[::-1]  # widest rows within 3%
+
+
+def tma_config(p) -> Config:
+    """The TMA path's tiles. The product is computed as [output channels, positions], so
+    block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
+    warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
+    3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
+    main loop (Triton 3.6 does not warp-specialise this loop on Hopper)."""
+    half = p.dtype != torch.float32
+    Og, Cg = p.o_per_group, p.c_per_group
+    esize = 2 if half else 4
+    block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
+    widest = 128 // esize  # one 128-byte swizzled row of shared memory
+    if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
+        block_k = next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
+    else:  # the last block is zero-filled past C: the widest step that wastes at most a quarter
+        block_k = next(bk for bk in (widest, widest // 2, widest // 4)
+                       if bk == _min_block_k(esize) or -(-Cg // bk) * bk <= 1.25 * Cg)
+    warps = 4 if block_n == 64 else 8
+    stages = 3 if block_n == 128 else 4
+    return Config(128, block_n, block_k, warps, stages, tma=True)
+
+
+# TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
+_TMA_TILES = ((128, 128, 8, 3), (128, 64, 4, 4), (256, 64, 4, 4), (256, 128, 8, 3), (128, 256, 8, 3),
+              (128, 128, 8, 4), (64, 128, 4, 4))
+
+
+def tma_configs(p) -> list[Config]:
+    """TMA tiles for autotuning (tma_config's first), pruned by the output channels."""
+    base = tma_config(p)
+    out = [base]
+    for bm, bn, warps, stages in _TMA_TILES:
+        c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
+        if bn <= max(64, 2 * p.o_per_group) and c not in out:
+            out.append(c)
+    return out
+
+
+def _mergeable(t: torch.Tensor, first: int, last: int) -> bool:
+    """True when dims first..last of ``t`` are one strided axis (each steps over the next)."""
+    return all(t.stride(d) == t.shape[d + 1] * t.stride(d + 1) or t.shape[d] == 1 for d in range(first, last))
+
+
+def _desc_strides(shape, strides):
+    """Strides for a tensor descriptor: a size-1 dimension's stride is free, so it is given the
+    contiguous one (keeps TMA's 16-byte rule without constraining the caller's view)."""
+    out = list(strides)
+    for d in range(len(shape) - 2, -1, -1):
+        if shape[d] == 1:
+            out[d] = shape[d + 1] * out[d + 1]
+    return out
+
+
+def _run_tma(p, x, w, out, config: Config) -> bool:
+    """The TMA kernel on x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og]; False
+    (nothing launched) when these tensors do not meet TMA's rules."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from .implicit_gemm_kernels import conv_fwd_tma_kernel
+
+    if tma_reason(p) is not None:
+        return False
+    D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
+    esize = x.element_size()
+    bk, bn = config.block_k, config.block_n
+    if bk * esize > 128 or bn > TMA_BOX_MAX or (G > 1 and Cg % bk):
+        return False  # a 128-byte swizzle row at most; a channel block never straddles groups
+    if x.stride(-1) != 1 or (G > 1 and x.stride(-2) != Cg):
+        return False
+    if w.stride(-1) != 1 or (G > 1 and w.stride(0) != Og * w.stride(1)):
+        w = w.contiguous()  # the input gradient's weight view (O and C swapped): a small copy
+    N = p.batch
+    S, SO = pad3(p.in_spatial, 1), pad3(p.out_spatial, 1)
+    K, KD, LO = pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.padding_lo, 0)
+    x_shape = [N, *S, G * Cg]
+    x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
+    y_strides = [out.stride(0), *spatial_strides(out, 1, D)]
+    pointwise = all(k == 1 for k in K) and not any(p.padding_lo) and not any(p.padding_hi)
+    if pointwise and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
+        rows = N * math.prod(S)
+        x_shape, x_strides = [1, 1, 1, rows, G * Cg], [0, 0, 0, x.stride(D), 1]
+        y_strides = [0, 0, 0, out.stride(D)]
+        N, S, SO = 1, (1, 1, rows), (1, 1, rows)
+    bb, b1, b2, b3 = _tma_box(SO, N, config.block_m, config.box_h, config.box_w)
+    if max(bb, b1, b2, b3) > TMA_BOX_MAX:
+        return False
+    w_shape = [*K, G * Og, Cg]
+    w_strides = [*spatial_strides(w, 2, D), w.stride(1), 1]
+    x_strides, w_strides = _desc_strides(x_shape, x_strides), _desc_strides(w_shape, w_strides)
+    for t, strides in ((x, x_strides), (w, w_strides)):
+        if t.data_ptr() % 16 or any((s * esize) % 16 for s in strides[:-1]):
+            return False
+    x_desc = TensorDescriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
+    w_desc = TensorDescriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
+    m_tiles = cdiv(N, bb) * cdiv(SO[0], b1) * cdiv(SO[1], b2) * cdiv(SO[2], b3)
+    grid = (m_tiles * cdiv(Og, bn), G)
+    conv_fwd_tma_kernel[grid](
+        x_desc, w_desc, out,
+        N, Cg, Og, *SO, *K, *KD, *LO,
+        *y_strides, out.stride(-2), out.stride(-1),
+        FLIP=p.flip, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
+        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return True

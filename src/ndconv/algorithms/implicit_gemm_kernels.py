@@ -228,3 +228,80 @@ def conv_wgrad_kernel(
     cols = t1 * so1 + t2 * so2 + t3 * so3 + c * son
     tl.store(out + (offs_m * som)[:, None] + cols[None, :], acc.to(out_ptr.dtype.element_ty),
              mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def conv_fwd_tma_kernel(
+    x_desc, w_desc, y_ptr,
+    N, CG, OG,
+    SO1, SO2, SO3, K1, K2, K3, KD1, KD2, KD3, LO1, LO2, LO3,
+    syn, sy1, sy2, sy3, syg, syo,
+    FLIP: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y[n, j, g, o] = sum_{t, c} x[n, j + t*kd - lo, g, c] * w[g, o, t, c] at stride 1 without
+    input dilation, every operand tile a TMA box: the output tile is a box of BB x B1 x B2 x B3
+    positions of x [N, S1, S2, S3, C] (descriptor ``x_desc``, box [BB, B1, B2, B3, BLOCK_K]),
+    shifted per tap; the hardware fills what falls outside the input with zeros, which is the
+    padding (and cropping is a shift), so there are no masks and no address arithmetic per
+    element. ``w_desc`` is the weight as [K1, K2, K3, G*OG, CG] (box [1, 1, 1, BLOCK_N,
+    BLOCK_K]). The product is computed transposed, acc[o, m] = w[o, :] . x[m, :], so that the
+    box (reshaped to [BB*B1*B2*B3, BLOCK_K], a free view of shared memory) is wgmma's B operand,
+    which Triton takes from shared memory through reshapes, where it would load an A operand
+    into registers."""
+    BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
+    n_tiles = tl.cdiv(OG, BLOCK_N)
+    pid_m = tl.program_id(0) // n_tiles  # output-channel tiles fastest: they share the x boxes in L2
+    pid_n = tl.program_id(0) % n_tiles
+    g = tl.program_id(1)
+    T3 = tl.cdiv(SO3, B3)
+    T2 = tl.cdiv(SO2, B2)
+    T1 = tl.cdiv(SO1, B1)
+    j3 = pid_m % T3 * B3  # the box's first output position, per axis
+    j2 = pid_m // T3 % T2 * B2
+    j1 = pid_m // (T3 * T2) % T1 * B1
+    b0 = pid_m // (T3 * T2 * T1) * BB
+    o0 = g * OG + pid_n * BLOCK_N
+    c_base = g * CG
+
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # the tap (u1, u2, u3) and channel block c0 advance as counters: one flat loop to pipeline
+    u1 = pid_m * 0
+    u2 = u1
+    u3 = u1
+    c0 = u1
+    for kk in range(K1 * K2 * K3 * tl.cdiv(CG, BLOCK_K)):
+        a = x_desc.load([b0, j1 + u1 * KD1 - LO1, j2 + u2 * KD2 - LO2, j3 + u3 * KD3 - LO3, c_base + c0])
+        a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
+        if FLIP:
+            b = w_desc.load([K1 - 1 - u1, K2 - 1 - u2, K3 - 1 - u3, o0, c0])
+        else:
+            b = w_desc.load([u1, u2, u3, o0, c0])
+        b = b.reshape(BLOCK_N, BLOCK_K)  # [BLOCK_N, BLOCK_K]
+        acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
+        c0 += BLOCK_K
+        next_tap = c0 >= CG
+        c0 = tl.where(next_tap, 0, c0)
+        u3 = tl.where(next_tap, u3 + 1, u3)
+        carry = u3 >= K3
+        u3 = tl.where(carry, 0, u3)
+        u2 = tl.where(carry, u2 + 1, u2)
+        carry = u2 >= K2
+        u2 = tl.where(carry, 0, u2)
+        u1 = tl.where(carry, u1 + 1, u1)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    i3 = j3 + offs_m % B3
+    i2 = j2 + offs_m // B3 % B2
+    i1 = j1 + offs_m // (B3 * B2) % B1
+    n = b0 + offs_m // (B3 * B2 * B1)
+    mask_m = (n < N) & (i1 < SO1) & (i2 < SO2) & (i3 < SO3)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < OG
+    if INT64:
+        n = n.to(tl.int64)
+        g = g.to(tl.int64)
+    y_rows = y_ptr + n * syn + i1 * sy1 + i2 * sy2 + i3 * sy3 + g * syg  # [BLOCK_M] pointers
+    tl.store(y_rows[:, None] + (offs_n * syo)[None, :], tl.trans(acc).to(y_ptr.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
