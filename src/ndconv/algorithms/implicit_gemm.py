@@ -172,8 +172,8 @@ def run(p, x, w, out, config: Config | None = None):
 def prepare(p, config: Config):
     """``p``'s call as a function of the pass's natural contiguous operands, with its one kernel
     launch bound once (BoundLaunch: the operands' views share their data pointers), or None
-    where a call needs more than that launch."""
-    if p.pass_ == "wgrad":
+    where a call needs more than that launch (or its TMA descriptors, made per call)."""
+    if p.pass_ == "wgrad" or config.tma:
         return None
     from .implicit_gemm_kernels import conv_fwd_kernel
 
