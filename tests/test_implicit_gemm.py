@@ -196,6 +196,23 @@ def test_tma_config_tiles():
         return implicit_gemm.tma_config(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 4, tma=True)
-    assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
+    assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(256, 128, 64, 8, 3, tma=True)
+    assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True)
+    assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 3, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
+
+
+@pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])
+def test_prepared_call_binds_the_launch(config):
+    """A plan's prepared call (its launch bound once, BoundLaunch) computes what run computes,
+    call after call on fresh operands; an unaligned operand takes run (the gather kernel)."""
+    p = _problem_for_tma((2, 5, 7, 16), (8, 3, 3, 16), dict(padding=(1, 2)), torch.bfloat16)
+    call = implicit_gemm.prepare(p, config)
+    assert call is not None
+    for seed in (1, 2):
+        a, b = testing.random_operands(p, seed)
+        testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+    shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
+    shifted.copy_(a)
+    testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))

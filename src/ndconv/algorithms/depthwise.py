@@ -71,27 +71,57 @@ def _k3p(kernel) -> int:
     return _pow2_at_least(kernel[-1])
 
 
-def _strip_cols(width: int, strips: int) -> int:
-    """Outputs per strip along an axis of ``width``: the most, up to 8, that pad the fewest
-    columns in tiles of at most ``strips`` strips (56 = 8 strips of 7)."""
+def _strip_cols(width: int, strips: int, target: int) -> int:
+    """Outputs per strip along an axis of ``width``: of the lengths from ``target`` up to twice
+    it (at most the width), the one whose tiles of at most ``strips`` strips pad the axis least
+    (ties: the shortest). For a 56-wide axis: target 3 -> 4, 6 -> 7, 14 -> 14."""
     def padded(cols):
         per_tile = min(strips, _pow2_at_least(cdiv(width, cols))) * cols
         return cdiv(width, per_tile) * per_tile
-    return min(range(8, 0, -1), key=lambda cols: (padded(cols), -cols))
+    lo = max(1, min(target, width))
+    return min(range(lo, max(lo + 1, min(2 * target, width + 1))), key=lambda cols: (padded(cols), cols))
+
+
+def _cols_target(p, unroll: int) -> int:
+    """The strip length to aim at: about two kernel widths of outputs per stride where a kernel
+    row is one unrolled chunk (the input window, cols*stride + K3 - 1 loads, then costs at most
+    1.5 loads per output for stride 1); 4 (i.e. 4-7) where it takes several chunks."""
+    K3, ST3 = pad3(p.kernel, 1)[2], pad3(p.stride, 1)[2]
+    return cdiv(2 * K3, ST3) if K3 <= unroll else 4
+
+
+def _default_cols(p, strips: int, unroll: int = 8) -> int:
+    return _strip_cols(pad3(p.out_spatial, 1)[2], strips, _cols_target(p, unroll))
 
 
 def default_config(p) -> Config:
-    """Measured on the H200 (bf16, tools/tune.py; docs/PERFORMANCE.md): 32-channel blocks for
-    2-D and 3-D problems (128 for long 1-D sequences); the weight gradient's accumulator
-    [K3P, block_p, block_o] kept near 2K elements per warp. The forward kernel gives each
-    thread one strip of outputs times one 16-byte vector of channels (8 half-precision lanes)."""
+    """Measured on the H200 (bf16; tools/depthwise_sweep.py, tools/tune.py, docs/PERFORMANCE.md).
+
+    Forward kernel (and input gradient): 4 warps, each thread one strip times one 16-byte
+    vector of channels (8 half-precision lanes): 32-channel blocks of 32 strips for 2-D and
+    3-D, even where 32 lanes pad the channels (dw3x3_56's 144 channels: 71 us, against 90-97
+    us in 16-channel blocks of 64-128 strips); 128-channel blocks of 4 strips (half the
+    threads' worth) for 1-D (causal_dw1d_k4, 1536 channels: 55 us, against 56-59 us for 8 or
+    16 strips; memory-bound there, 1.2x the HBM floor). Strips of about 2*K3/stride outputs,
+    fitted to the width (_strip_cols), the best of 4, 7 and 14 outputs on every 56-wide case
+    measured: dw3x3_56 7 (71 us); dw3x3s2_112 4 (70 us, 7: 72, 14: 115); dw7x7_56 14 (110 us,
+    7: 123, 4: 152; its input gradient 111 against 121); dw31x31_56, whose rows take several
+    8-tap chunks, 7 (1569 us, 4: 2597). 1-D: 8 (2*K3 for k4).
+
+    Weight gradient: 32-channel blocks for 2-D and 3-D problems (the largest power of two
+    dividing the channels, at most 32), 128 for long 1-D sequences; the accumulator
+    [K3P, block_p, block_o] kept near 2K elements per warp."""
     one_d = p.ndim == 1
-    block_o = _pow2_divisor(p.out_channels, 128) if one_d else min(32, _pow2_divisor(p.out_channels, 128))
     if p.pass_ == "wgrad":
+        block_o = _pow2_divisor(p.out_channels, 128) if one_d else min(32, _pow2_divisor(p.out_channels, 128))
         block_p = max(8, min(128, 16384 // (_k3p(p.out_spatial) * block_o)))  # forward kernel
         return Config(block_p, block_o, 4, programs_per_sm=2 if one_d else 4)
-    strips = max(1, min(128, 4 * 32 * 8 // block_o))
-    return Config(strips, block_o, 4, cols=_strip_cols(p.out_spatial[-1], strips))
+    if one_d:
+        block_o = _pow2_divisor(p.out_channels, 128)
+    else:
+        block_o = min(32, _pow2_at_least(p.out_channels))
+    strips = max(1, min(128, (2 if one_d else 4) * 32 * 8 // block_o))
+    return Config(strips, block_o, 4, cols=_default_cols(p, strips))
 
 
 def configs(p) -> list[Config]:
@@ -104,7 +134,7 @@ def configs(p) -> list[Config]:
         two = 2 * base.block_p
         variants = [replace(base, cols=min(16, 2 * base.cols)), replace(base, cols=(base.cols + 1) // 2),
                     replace(base, block_p=two), replace(base, block_p=two, num_warps=8),
-                    replace(base, block_p=two, cols=_strip_cols(p.out_spatial[-1], two)),
+                    replace(base, block_p=two, cols=_default_cols(p, two)),
                     replace(base, block_o=max(8, base.block_o // 2), block_p=min(128, two)),
                     replace(base, block_o=min(128, 2 * base.block_o), block_p=max(1, base.block_p // 2)),
                     replace(base, unroll=4)]
@@ -119,7 +149,7 @@ def _fwd_tile(p, config: Config):
     """(TILE_H, STRIPS, COLS): strip rows and strips along the last axis per program, and the
     outputs per strip."""
     SO2, SO3 = pad3(p.out_spatial, 1)[1:]
-    cols = config.cols or _strip_cols(SO3, config.block_p)
+    cols = config.cols or _default_cols(p, config.block_p, config.unroll)
     strips = min(config.block_p, config.tile_w or _pow2_at_least(cdiv(SO3, cols)))
     return min(config.block_p // strips, _pow2_at_least(SO2)), strips, cols
 

@@ -13,8 +13,10 @@ almost the whole tile. Two kernels, picked by the config:
 - ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
   zeros between groups make it the same convolution), run by implicit_gemm; its weight
   gradient is computed densely and its diagonal blocks kept. It keeps implicit_gemm's output
-  phases, so it is the default where the input is dilated (transposed convolutions, input
-  gradients of strided ones), which the direct kernel would only mask.
+  phases (the direct kernel would only mask a dilated input's zeros). Measured on the H200 it
+  is the default for forward passes and input gradients wherever the groups pack (0.80x and
+  0.94x PyTorch on ResNeXt's 4x4 groups against the direct kernel's 0.67x and 0.83x); the
+  direct kernel runs weight gradients (0.85x against 0.55x) and groups that do not pack.
 
 Both multiply ``pack`` (``block_g``) times more (zero) products than the groups need; the
 tensor cores have that to spare, these layers being bound by memory.
@@ -85,13 +87,6 @@ def _default_block_g(p) -> int:
     return _pow2(-(-MIN_BLOCK // min(cg, og)))
 
 
-def _dilated_input(p) -> bool:
-    """The pass reads an input with inserted zeros (transposed convolutions, input gradients of
-    strided ones): the direct kernel would multiply them, masked, where the packed GEMM's output
-    phases skip them. (The direct weight gradient only masks its gathers; no product is added.)"""
-    return p.pass_ != "wgrad" and any(d > 1 for d in p.input_dilation)
-
-
 def supports(p):
     reason = kernel_reason(p)
     if reason:
@@ -117,12 +112,23 @@ def packed_problem(p, pack: int):
 
 
 def default_config(p) -> Config:
-    """The direct kernel, except where the pass's input is dilated and packing is possible."""
-    if _dilated_input(p) and _pack_factors(p):
-        return Config("packed", _default_pack(p))
+    """Measured on the H200 (bf16, tools/grouped_sweep.py): the packed GEMM for the forward
+    pass and input gradient wherever the groups pack, the direct kernel for weight gradients
+    and groups that do not pack.
+
+    grouped3x3_g32 (ResNeXt-50's 32 groups of 4x4, x [64, 56, 56, 128]): forward packed
+    (pack 8) 119.5 us against 144.2 for the direct kernel's default (its best of 15 shapes);
+    input gradient 122.3 against 138.4; weight gradient direct 162.6 us (best 161.7) against
+    252.2 packed. resnext_g32x8_56 (32 groups of 8x8): packed 111.7 / 114.7 us against direct
+    146.2 / 150.0, weight gradient direct 163.0 against 251.6. regnetx_g24_28 (7 groups of 24:
+    no pack factor): the direct kernel in 16x8 tiles (tile_w 8, 128 positions) 229.7 / 240.1 us
+    against 539.1 / 485.7 in flat rows of 128 (PyTorch 155.7 / 244.4); its weight gradient
+    402.4 us at the default, the one shape measured in time."""
     if p.pass_ == "wgrad":
         return Config(block_g=_default_block_g(p), block_p=64)
-    return Config(block_g=_default_block_g(p), block_p=128)
+    if _pack_factors(p):
+        return Config("packed", _default_pack(p))
+    return Config(block_g=_default_block_g(p), block_p=128, tile_w=8 if p.ndim > 1 else 0)
 
 
 def configs(p) -> list[Config]:

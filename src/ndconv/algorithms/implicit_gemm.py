@@ -172,21 +172,34 @@ def run(p, x, w, out, config: Config | None = None):
 def prepare(p, config: Config):
     """``p``'s call as a function of the pass's natural contiguous operands, with its one kernel
     launch bound once (BoundLaunch: the operands' views share their data pointers), or None
-    where a call needs more than that launch (or its TMA descriptors, made per call)."""
-    if p.pass_ == "wgrad" or config.tma:
+    where a call needs more than that launch. A TMA launch (whose descriptors take the operands'
+    addresses, made per call) needs 16-byte aligned operands: others take ``run``, which falls
+    back to the gather kernel."""
+    if p.pass_ == "wgrad":
         return None
-    from .implicit_gemm_kernels import conv_fwd_kernel
+    from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel
 
     shape, dtype = p.result_shape, p.dtype
     views = p.views(*(torch.empty(s, device="meta", dtype=dtype) for s in (*p.operand_shapes, shape)))
-    launch, empty = _forward_launch(p, *views, config)
-    if launch is None or empty or any(v.storage_offset() for v in views):
+    if any(v.storage_offset() for v in views):
         return None
-    launch = BoundLaunch(conv_fwd_kernel, *launch, operands=views)
+    if config.tma:
+        launch = _tma_launch(p, *views, config)
+        if launch is None or launch[1][1].base is not views[1]:  # not TMA, or the weight copied
+            return None
+        launch = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
+    else:
+        launch, empty = _forward_launch(p, *views, config)
+        if launch is None or empty:
+            return None
+        launch = BoundLaunch(conv_fwd_kernel, *launch, operands=views)
 
     def call(a, b):
         out = torch.empty(shape, dtype=dtype, device=a.device)
-        launch(a, b, out)
+        if config.tma and (a.data_ptr() % 16 or b.data_ptr() % 16):
+            run(p, *p.views(a, b, out), config)
+        else:
+            launch(a, b, out)
         return out
     return call
 
@@ -312,6 +325,11 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
 TMA_BOX_MAX = 256  # elements per box dimension (the tensor-memory accelerator's limit)
 
 
+# The shortest reduction step: Triton 3.6's tl.dot asserts K >= 16 for every dtype (TF32's
+# instruction would take 8).
+MIN_BLOCK_K = 16
+
+
 def tma_reason(p) -> str | None:
     """None when problem ``p`` can take the TMA path (given aligned tensors), else why not."""
     if p.pass_ == "wgrad":
@@ -325,15 +343,10 @@ def tma_reason(p) -> str | None:
     esize = torch.empty((), dtype=p.dtype).element_size()
     if (p.c_per_group * esize) % 16:
         return f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} is not a multiple of {16 // esize}"
-    if p.groups > 1 and p.c_per_group % _min_block_k(esize):
+    if p.groups > 1 and p.c_per_group % MIN_BLOCK_K:
         return (f"with groups, a channel block must not straddle two: C/groups = {p.c_per_group} "
-                f"is not a multiple of {_min_block_k(esize)}")
+                f"is not a multiple of {MIN_BLOCK_K}")
     return None
-
-
-def _min_block_k(esize: int) -> int:
-    """The shortest reduction step of a tensor-core instruction (16 halves, 8 TF32 values)."""
-    return 32 // esize
 
 
 def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int = 0):
@@ -371,8 +384,12 @@ def tma_config(p) -> Config:
     block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
     warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
     3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
-    main loop (Triton 3.6 does not warp-specialise this loop on Hopper)."""
+    main loop (Triton 3.6 does not warp-specialise this loop on Hopper). Measured on the H200
+    (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
+    (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
+    divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64)."""
     half = p.dtype != torch.float32
+    M, _, K = p.gemm_mnk
     Og, Cg = p.o_per_group, p.c_per_group
     esize = 2 if half else 4
     block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
@@ -381,10 +398,15 @@ def tma_config(p) -> Config:
         block_k = next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
     else:  # the last block is zero-filled past C: the widest step that wastes at most a quarter
         block_k = next(bk for bk in (widest, widest // 2, widest // 4)
-                       if bk == _min_block_k(esize) or -(-Cg // bk) * bk <= 1.25 * Cg)
+                       if bk == MIN_BLOCK_K or -(-Cg // bk) * bk <= 1.25 * Cg)
+    block_m = 128
+    if half and Og > 64 and Og % 128:
+        block_m, block_n = 256, 64
+    elif half and block_n == 128 and K >= 2048 and M >= 65536:
+        block_m = 256
     warps = 4 if block_n == 64 else 8
     stages = 3 if block_n == 128 else 4
-    return Config(128, block_n, block_k, warps, stages, tma=True)
+    return Config(block_m, block_n, block_k, warps, stages, tma=True)
 
 
 # TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
@@ -421,19 +443,30 @@ def _desc_strides(shape, strides):
 def _run_tma(p, x, w, out, config: Config) -> bool:
     """The TMA kernel on x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og]; False
     (nothing launched) when these tensors do not meet TMA's rules."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     from .implicit_gemm_kernels import conv_fwd_tma_kernel
 
-    if tma_reason(p) is not None:
+    launch = _tma_launch(p, x, w, out, config)
+    if launch is None:
         return False
+    grid, args, meta = launch
+    conv_fwd_tma_kernel[grid](*args, **meta)
+    return True
+
+
+def _tma_launch(p, x, w, out, config: Config):
+    """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
+    copy of w), or None when these tensors do not meet TMA's rules."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if tma_reason(p) is not None:
+        return None
     D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
     esize = x.element_size()
     bk, bn = config.block_k, config.block_n
     if bk * esize > 128 or bn > TMA_BOX_MAX or (G > 1 and Cg % bk):
-        return False  # a 128-byte swizzle row at most; a channel block never straddles groups
+        return None  # a 128-byte swizzle row at most; a channel block never straddles groups
     if x.stride(-1) != 1 or (G > 1 and x.stride(-2) != Cg):
-        return False
+        return None
     if w.stride(-1) != 1 or (G > 1 and w.stride(0) != Og * w.stride(1)):
         w = w.contiguous()  # the input gradient's weight view (O and C swapped): a small copy
     N = p.batch
@@ -450,23 +483,21 @@ def _run_tma(p, x, w, out, config: Config) -> bool:
         N, S, SO = 1, (1, 1, rows), (1, 1, rows)
     bb, b1, b2, b3 = _tma_box(SO, N, config.block_m, config.box_h, config.box_w)
     if max(bb, b1, b2, b3) > TMA_BOX_MAX:
-        return False
+        return None
     w_shape = [*K, G * Og, Cg]
     w_strides = [*spatial_strides(w, 2, D), w.stride(1), 1]
     x_strides, w_strides = _desc_strides(x_shape, x_strides), _desc_strides(w_shape, w_strides)
     for t, strides in ((x, x_strides), (w, w_strides)):
         if t.data_ptr() % 16 or any((s * esize) % 16 for s in strides[:-1]):
-            return False
+            return None
     x_desc = TensorDescriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
     w_desc = TensorDescriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
     m_tiles = cdiv(N, bb) * cdiv(SO[0], b1) * cdiv(SO[1], b2) * cdiv(SO[2], b3)
     grid = (m_tiles * cdiv(Og, bn), G)
-    conv_fwd_tma_kernel[grid](
-        x_desc, w_desc, out,
-        N, Cg, Og, *SO, *K, *KD, *LO,
-        *y_strides, out.stride(-2), out.stride(-1),
+    args = (x_desc, w_desc, out, N, Cg, Og, *SO, *K, *KD, *LO, *y_strides, out.stride(-2), out.stride(-1))
+    meta = dict(
         FLIP=p.flip, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    return True
+    return grid, args, meta

@@ -95,14 +95,18 @@ class BoundLaunch:
     16-byte alignment, so an operand whose alignment differs from the compiled kernel's takes
     Triton's path again (as does every launch in the interpreter, or with a launch hook set).
 
-    ``args`` are the kernel's positional arguments, in which ``operands`` (tensors, by identity)
-    are placeholders for the tensors each call passes; ``meta`` the keyword arguments (every
-    parameter has a value, defaults are not looked up).
+    ``args`` are the kernel's positional arguments, in which ``operands`` (tensors, by identity,
+    or the base of a tensor descriptor) are placeholders for the tensors each call passes (a
+    descriptor is copied with the new base; its shape and strides were validated when it was
+    made); ``meta`` the keyword arguments (every parameter has a value, defaults are not looked
+    up).
     """
 
     def __init__(self, kernel, grid, args, meta, operands):
         self.values = list(args) + [meta[name] for name in kernel.arg_names[len(args):]]  # all given
         self.slots = tuple((i, k) for i, a in enumerate(self.values) for k, o in enumerate(operands) if a is o)
+        self.descriptors = tuple((i, k, a) for i, a in enumerate(self.values) for k, o in enumerate(operands)
+                                 if getattr(a, "base", None) is o)
         self.kernel, self.meta, self.positional = kernel, meta, len(args)
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self._compiled = {}  # device index -> (compiled kernel, operands' 16-byte alignment)
@@ -116,6 +120,9 @@ class BoundLaunch:
         values = self.values.copy()
         for i, k in self.slots:
             values[i] = operands[k]
+        for i, k, template in self.descriptors:
+            values[i] = descriptor = object.__new__(type(template))
+            descriptor.__dict__.update(template.__dict__, base=operands[k])
         if INTERPRET:
             self.kernel[self.grid](*values[:self.positional], **self.meta)
             return
