@@ -70,7 +70,7 @@ def _check(p, config, seed=0):
 @pytest.mark.parametrize("case", CASE_PARAMS)
 def test_every_call_computes_the_pass(emulated, case, pass_):
     p = for_pass(case.problem(dtype=torch.float32), pass_)
-    configs = cudnn_alg.configs(p) if cudnn_alg.formulations(p) else []
+    configs = cudnn_alg.configs(p, include_measured_wrong=True) if cudnn_alg.formulations(p) else []
     if not configs:  # stride and input dilation together
         stride, _, idil, *_ = cudnn_alg._forward_geometry(p)
         assert any(s > 1 for s in stride) and any(i > 1 for i in idil)
@@ -142,6 +142,33 @@ def test_outputs_no_tap_reaches_are_zero(emulated):
     p = make_problem((1, 2, 1), (1, 2, 1), padding=8, stride=5)
     assert cudnn_alg.describe(p, "fprop").op == "zero"
     _check(p, cudnn_alg.default_config(p))
+
+
+def test_the_class_measured_wrong_on_the_h200_is_refused(monkeypatch):
+    """float32 grouped 1-D weight gradients whose cuDNN filter has K/G < C/G came back wrong on
+    the H200 (tiny case 1d_groups_mult through the dgrad formulation); the calls that passed
+    there stay offered."""
+    cases = {c.name: c for c in testing.CASES}
+    w = cases["1d_groups_mult"].problem(dtype=torch.float32).wgrad()
+    assert "measured wrong on the H200" in cudnn_alg.measured_wrong(w, "dgrad")
+    assert cudnn_alg.measured_wrong(w, "fprop") is None
+    assert cudnn_alg.default_config(w).formulation == "fprop"
+    assert {c.formulation for c in cudnn_alg.configs(w)} == {"fprop"}
+    assert {c.formulation for c in cudnn_alg.configs(w, include_measured_wrong=True)} == {"fprop", "dgrad"}
+    for dtype in (torch.float16, torch.bfloat16):  # passed on the H200
+        assert cudnn_alg.measured_wrong(cases["1d_groups_mult"].problem(dtype=dtype).wgrad(), "dgrad") is None
+    for name, form in (("2d_grouped_g4", "dgrad"), ("3d_c16_grouped", "fprop"), ("1d_causal_dw", "dgrad")):
+        assert cudnn_alg.measured_wrong(cases[name].problem(dtype=torch.float32).wgrad(), form) is None
+    # a grouped 1-D transposed convolution's weight gradient has only the dgrad formulation
+    t = make_problem((1, 5, 4), (8, 3, 2), input_dilation=2, padding=1, groups=2, flip=True,
+                     device="cuda").wgrad()
+    assert cudnn_alg.formulations(t) == ("dgrad",)
+    monkeypatch.setattr(cudnn_alg, "_frontend", lambda: (object(), ""))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ok, reason = cudnn_alg.supports(t)
+    assert not ok and "measured wrong on the H200" in reason
+    assert cudnn_alg.measured_wrong(make_problem((1, 5, 4), (8, 3, 2), input_dilation=2, padding=1, groups=2,
+                                                 flip=True, dtype=torch.float16).wgrad(), "dgrad") is None
 
 
 # ---------------------------------------------------------------------- without the package
