@@ -54,7 +54,7 @@ def test_kernels_match_reference(case, pass_, config):
        config=st.sampled_from([CONFIGS["direct"], CONFIGS["direct_2x_block_chunks"]]))
 def test_direct_kernel_matches_reference_random(drawn, pass_, seed, config):
     """Every argument (stride, padding and crops, both dilations, flip), the direct kernel forced
-    (its default is the packed one where the input is dilated)."""
+    (the default packs wherever groups pack, except weight gradients)."""
     x_shape, w_shape, args = drawn
     p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args), pass_)
     assume(grouped.supports(p)[0])
@@ -72,13 +72,20 @@ def test_tap_split_pads_no_tap_of_common_kernels():
     assert grouped._tap_split(9, 32, 16) == (1, 9, 0)
 
 
-def test_default_config_is_direct_except_on_dilated_inputs():
+def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
+    """As measured on the H200: packed where the groups pack, except weight gradients; groups
+    that do not pack (RegNet's 7 groups of 24) run the direct kernel in 16x8 tiles."""
     p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16)
-    for q in (p, p.dgrad(), p.wgrad()):
-        config = grouped.default_config(q)
-        assert config.kernel == "direct" and grouped._blocks(q, config)[:3] == (4, 16, 16), q
     s2 = make_problem((8, 56, 56, 128), (128, 3, 3, 4), stride=2, padding=1, groups=32,
                       dtype=torch.bfloat16)
-    assert grouped.default_config(s2).kernel == "direct"
-    assert grouped.default_config(s2.dgrad()).kernel == "packed"  # input dilation 2: phases
-    assert grouped.default_config(s2.wgrad()).kernel == "direct"
+    for q in (p, p.dgrad(), s2, s2.dgrad()):
+        assert grouped.default_config(q) == Config("packed", 8), q
+    for q in (p.wgrad(), s2.wgrad()):
+        config = grouped.default_config(q)
+        assert config.kernel == "direct" and grouped._blocks(q, config)[:3] == (4, 16, 16), q
+    regnet = make_problem((64, 28, 28, 168), (168, 3, 3, 24), padding=1, groups=7, dtype=torch.bfloat16)
+    for q in (regnet, regnet.dgrad()):
+        assert grouped.default_config(q) == Config(block_g=1, block_p=128, tile_w=8), q
+    assert grouped.default_config(regnet.wgrad()) == Config(block_g=1, block_p=64)
+    one_d = make_problem((2, 64, 168), (168, 3, 24), padding=1, groups=7, dtype=torch.bfloat16)
+    assert grouped.default_config(one_d) == Config(block_g=1, block_p=128)  # 1-D: flat rows

@@ -27,19 +27,21 @@ ENV_AUTOTUNE = "NDCONV_AUTOTUNE"
 ENV_PLAN_CACHE_SIZE = "NDCONV_PLAN_CACHE_SIZE"
 DEFAULT_PLAN_CACHE_SIZE = 128
 
-# Preference order per device: the first algorithm that supports a problem (and, where it has
-# ``prefers``, prefers it) runs it.
-# - GPU: the banded tensor-core GEMM takes depthwise convolutions with long kernels (toeplitz:
-#   its ``prefers`` sets the length), the direct kernel the other depthwise convolutions and
-#   channel multipliers (a dense tensor-core tile would waste almost all its work there),
-#   block-diagonal packing other small groups, the
-#   Triton implicit GEMM every other fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN)
-#   the rest (float64). cuDNN's graphs (the optional cudnn algorithm) come after it until
-#   measurement says where they win; autotuning times them everywhere they build.
+# Preference order per device: the first algorithm that supports a problem runs it.
+# - GPU: the direct kernel takes depthwise convolutions and channel multipliers (a dense
+#   tensor-core tile would waste almost all its work there), block-diagonal packing or the
+#   direct grouped kernel other small groups, the Triton implicit GEMM every other
+#   fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN) the rest (float64). cuDNN's graphs
+#   (the optional cudnn algorithm) come after it until measurement says where they win;
+#   autotuning times them everywhere they build.
+# - toeplitz (the banded tensor-core GEMM for long depthwise kernels) is in no list: measured
+#   slower than depthwise on the H200 (bf16): dw31x31_56 input gradient 1.98 ms against
+#   1.43 ms, 1-D k=64 0.31 ms against 0.29 ms (mma.sync, 131 KB of shared memory, one program
+#   per SM); kept forcible and as an autotune candidate.
 # - CPU: PyTorch's own convolution (oneDNN), several times faster there than gemm.
 # - gemm (unfold + matmul through torch) and the reference (the float64 oracle) stay forcible.
 PREFERENCE = {
-    "cuda": ("toeplitz", "depthwise", "grouped", "implicit_gemm", "native", "cudnn", "gemm", "reference"),
+    "cuda": ("depthwise", "grouped", "implicit_gemm", "native", "cudnn", "gemm", "reference"),
     "cpu": ("native", "gemm", "reference"),
 }
 
@@ -195,23 +197,11 @@ def _forced(p: ConvProblem, algorithm: str, source: str) -> Plan:
     return Plan(module, module.default_config(p), f"forced by {how}{algorithm}", "forced")
 
 
-def heuristic_verdict(module, p: ConvProblem) -> tuple[bool, str]:
-    """Whether the heuristic planner would run ``module`` on ``p``: it supports ``p`` and, where
-    the algorithm has a ``prefers`` rule (fast on only part of what it supports), prefers it."""
-    ok, reason = module.supports(p)
-    prefers = getattr(module, "prefers", None)
-    if ok and prefers is not None:
-        preferred, why = prefers(p)
-        if not preferred:
-            return False, f"supported but not preferred: {why}"
-    return ok, reason
-
-
 def _choose(p: ConvProblem) -> Plan:
     for name in PREFERENCE.get(p.device, PREFERENCE["cpu"]):
         module = REGISTRY.get(name)  # an optional algorithm may be absent
         if module is not None:
-            ok, reason = heuristic_verdict(module, p)
+            ok, reason = module.supports(p)
             if ok:
                 return Plan(module, module.default_config(p), f"first in preference order: {reason}")
     raise AssertionError(f"no algorithm supports {p}")  # the reference supports everything
@@ -295,8 +285,6 @@ def explain(p: ConvProblem, algorithm: str | None = None) -> Explanation:
         plans[q.pass_], notes[q.pass_] = chosen, note
         for name, module in REGISTRY.items():
             ok, reason = module.supports(q)
-            if ok and name != chosen.name:
-                reason = heuristic_verdict(module, q)[1]
             if name == chosen.name:
                 reason = chosen.reason
             times = tuned.timings_ms.get(name) if tuned is not None else None

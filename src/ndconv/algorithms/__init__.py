@@ -2,11 +2,9 @@
 
 ``supports(p) -> (ok, reason)``, ``configs(p)``, ``default_config(p)`` and
 ``run(p, x, w, out, config)`` with the grouped operands of ``ConvProblem.views``; optionally
-``prefers(p) -> (ok, reason)``, the planner's heuristic on top of ``supports`` (an algorithm that
-is correct everywhere it supports but fast only on part of it), and ``prepare(p, config)``, the
-call of a cached plan with its per-call work done once. Algorithms never parse user arguments
-and never call the planner. ``cudnn`` is always listed: without its optional package its
-``supports`` says so.
+``prepare(p, config)``, the call of a cached plan with its per-call work done once. Algorithms
+never parse user arguments and never call the planner. ``cudnn`` is always listed: without its
+optional package its ``supports`` says so.
 """
 
 from . import cudnn, depthwise, gemm, grouped, implicit_gemm, native, reference, toeplitz, winograd

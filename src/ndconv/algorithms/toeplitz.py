@@ -30,13 +30,20 @@ Operand traffic: 64 window elements per 32 outputs per kernel row, 1.8 GB throug
 31 shifted windows overlap: 0.1 GB of distinct data per pass, 25 MB from HBM). Triton lowers a
 batched (rank-3) dot to mma.sync rather than wgmma; at half of the H200's dense peak (~390
 TFLOP/s) the MMAs take ~150 us, the operand traffic at ~15 TB/s from L1 ~120 us, partly
-overlapped. Expect 0.15-0.3 ms, against 2.98 ms for the CUDA-core kernel and 12.1 ms for cuDNN.
+overlapped. The estimate was 0.15-0.3 ms, against 2.98 ms for the CUDA-core kernel then (1.57 ms
+since its strips were tuned).
+
+Measured slower than depthwise on the H200 (bf16, tools/toeplitz_sweep.py), in every case it
+ran: dw31x31_56 input gradient 1.98 ms against depthwise's 1.43 ms (PyTorch 13.1 ms); a 1-D
+k=64 sequence (x [8, 8192, 512]) 0.31 ms against 0.29 ms in both passes (dw31x31_56's forward
+pass failed in the tool, unmeasured). Triton lowers its batched dot to mma.sync, and the
+default tile takes 131 KB of shared memory, one program per SM. So the heuristic planner never runs it (planner.PREFERENCE); it stays forcible and an
+autotune candidate.
 
 Refused: weight gradients (a reduction over rows, not a banded product: depthwise), input
 dilation (transposed convolutions and input gradients of strided ones: depthwise handles their
-phases), groups with more than one input channel. Accepted but not preferred by the planner:
-kernels shorter than MIN_BAND_TAPS along the band axis, and exact fp32 (an fp32 "ieee" dot runs
-on CUDA cores, multiplying the band's zeros too).
+phases), groups with more than one input channel. Short kernels and exact fp32 (an fp32 "ieee"
+dot runs on CUDA cores, multiplying the band's zeros too) run, but gain the least.
 """
 
 from __future__ import annotations
@@ -50,12 +57,6 @@ from .triton_support import INTERPRET, cdiv, group_channels, kernel_reason, need
 
 NAME = "toeplitz"
 
-# The planner prefers this algorithm to the CUDA-core depthwise kernel from this many taps
-# along the band axis. The band multiplies (TILE_W + k - 1)/k times the useful products (about
-# 4.6x for k = 7 with 16-wide tiles, 2x for k = 31), so short kernels gain less from the tensor
-# cores than the zeros cost; 9 is a first guess, to be set from tools/toeplitz_sweep.py on the
-# H200 (it prints the measured crossover).
-MIN_BAND_TAPS = 9
 # Longest window (input positions per tile) a program multiplies: the band table and the
 # operand tiles grow with it. Kernels wider than this (span > 241 at TILE_W = 16) are refused.
 MAX_WINDOW = 256
@@ -106,17 +107,6 @@ def supports(p):
     a = band_axis(p)
     return True, (f"banded GEMM on tensor cores along axis {a} (kernel {p.kernel[a]}), "
                   f"channels as the batch of a tl.dot")
-
-
-def prefers(p):
-    """Whether the planner should run this algorithm when it supports ``p`` (the heuristic; a
-    forced or tuned plan does not ask): only where the band's zeros are worth multiplying."""
-    k = p.kernel[band_axis(p)]
-    if k < MIN_BAND_TAPS:
-        return False, f"kernel {k} < {MIN_BAND_TAPS} taps along its longest axis: the band would mostly multiply zeros"
-    if p.dtype == torch.float32 and not p.allow_tf32:
-        return False, "exact fp32 runs its dot on CUDA cores, band zeros included (TF32 off)"
-    return True, ""
 
 
 def _cost(p, tile_w: int, block_k: int) -> float:
