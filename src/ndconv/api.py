@@ -6,6 +6,7 @@ dtypes as MLX does, and runs the problem through one differentiable op.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
@@ -96,9 +97,6 @@ def _call_key(input, weight, stride, padding, kernel_dilation, input_dilation, g
         return None
 
 
-# Problems of recent calls (validation and construction happen once per distinct call), as
-# many as the plan cache holds.
-_problems = planner.LRU(planner.cache_capacity())
 
 
 def make_problem(
@@ -176,8 +174,19 @@ def conv_general(
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
     key = None if torch.compiler.is_compiling() else _call_key(
         input, weight, stride, padding, kernel_dilation, input_dilation, groups, flip)
-    p = _problems.get(key) if key is not None else None
-    if p is None:
+    # Recent calls (planner.call_cache()): per distinct call, its problem (validated once) and,
+    # once a call has run, the planned computation that an inference call (nothing to
+    # differentiate) runs directly: [problem, runner or None]. The forced algorithm and the
+    # autotune setting are part of the key.
+    calls, entry = planner.call_cache(), None
+    if key is not None:
+        key = (*key, algorithm or os.environ.get(planner.ENV_ALGORITHM), planner.autotuning())
+        entry = calls.get(key)
+        if (entry is not None and entry[1] is not None and input.dtype is entry[0].dtype
+                and weight.dtype is entry[0].dtype and _inference(input, weight)
+                and input.is_contiguous() and weight.is_contiguous()):
+            return entry[1](input, weight)  # the whole cached path: one planned call
+    if entry is None:
         _check_tensors(_op, input, weight)
         p = make_problem(
             input.shape,
@@ -193,12 +202,22 @@ def conv_general(
             op=_op,
         )
         if key is not None:
-            _problems.put(key, p)
+            entry = [p, None]
+            calls.put(key, entry)
+    else:
+        p = entry[0]
     if input.dtype != p.dtype:
         input = input.to(p.dtype)
     if weight.dtype != p.dtype:
         weight = weight.to(p.dtype)
-    return convolve(p, input, weight, algorithm)
+    out = convolve(p, input, weight, algorithm)
+    if entry is not None and not p.is_trivial and _inference(input, weight):  # planned by now
+        entry[1] = planner.plan(p, algorithm).runner(p)
+    return out
+
+
+def _inference(input, weight) -> bool:
+    return not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
 
 
 def _check_wrapper_ndim(op: str, input) -> int:

@@ -130,6 +130,7 @@ def cache_capacity() -> int:
 
 
 _plans = LRU(cache_capacity())
+_calls = LRU(cache_capacity())
 _autotune = os.environ.get(ENV_AUTOTUNE, "0") not in ("", "0")
 _tune_lock = threading.Lock()  # one tuning at a time: concurrent timings would disturb each other
 
@@ -146,14 +147,21 @@ def autotuning() -> bool:
 
 
 def clear_cache() -> None:
-    """Empties the plan cache (re-reading its capacity) and forgets in-memory tuning results."""
-    global _plans
-    _plans = LRU(cache_capacity())
+    """Empties the plan and call caches (re-reading their capacity) and forgets in-memory tuning
+    results."""
+    global _plans, _calls
+    _plans, _calls = LRU(cache_capacity()), LRU(cache_capacity())
     tuning.reset()
 
 
 def cache_info() -> CacheInfo:
     return _plans.info()
+
+
+def call_cache() -> LRU:
+    """The API's cache of recent calls (see ``api.conv_general``), which holds runners made
+    from plans, so it is emptied with the plan cache."""
+    return _calls
 
 
 def algorithm_names() -> tuple[str, ...]:
