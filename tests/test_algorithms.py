@@ -153,3 +153,17 @@ def test_depthwise_forward_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     for config in [base, replace(base, unroll=4, cols=3), replace(base, unroll=3, cols=5, tile_w=1)]:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+def test_depthwise_prepared_call_matches_the_reference(pass_):
+    """depthwise's prepared call (its launch bound once) on fresh operands, call after call."""
+    from ndconv.algorithms import depthwise
+
+    p = make_problem((2, 6, 7, 8), (8, 3, 3, 1), padding=([2, 0], [1, 1]), groups=8,
+                         dtype=torch.float32, device=DEVICE)
+    p = p if pass_ == "fwd" else p.dgrad()
+    call = depthwise.prepare(p, depthwise.default_config(p))
+    for seed in (3, 4):
+        a, b = testing.random_operands(p, seed, device=DEVICE)
+        testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .triton_support import cdiv, group_channels, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
+from .triton_support import BoundLaunch, cdiv, group_channels, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
 
 NAME = "depthwise"
 # Widest group handled on CUDA cores (C/groups or O/groups, the other being 1).
@@ -165,6 +165,32 @@ def run(p, x, w, out, config: Config | None = None):
         return _run_wgrad(p, x, w, out, config)
     from .depthwise_kernels import direct_fwd_kernel
 
+    grid, args, meta = _forward_launch(p, x, w, out, config)
+    direct_fwd_kernel[grid](*args, **meta)
+
+
+def prepare(p, config: Config):
+    """The forward (or input-gradient) call on the pass's natural contiguous operands with its
+    one launch bound once (BoundLaunch: the operands' views share their data pointers)."""
+    if p.pass_ == "wgrad":
+        return None
+    from .depthwise_kernels import direct_fwd_kernel
+
+    shape, dtype = p.result_shape, p.dtype
+    views = p.views(*(torch.empty(s, device="meta", dtype=dtype) for s in (*p.operand_shapes, shape)))
+    if any(v.storage_offset() for v in views):
+        return None
+    launch = BoundLaunch(direct_fwd_kernel, *_forward_launch(p, *views, config), operands=views)
+
+    def call(a, b):
+        out = torch.empty(shape, dtype=dtype, device=a.device)
+        launch(a, b, out)
+        return out
+    return call
+
+
+def _forward_launch(p, x, w, out, config: Config):
+    """(grid, args, meta) of the forward kernel on these operand views."""
     D = p.ndim
     O, Cg, Og = p.out_channels, p.c_per_group, p.o_per_group
     SO1, SO2, SO3 = pad3(p.out_spatial, 1)
@@ -174,17 +200,20 @@ def run(p, x, w, out, config: Config | None = None):
     tile_h, strips, cols = _fwd_tile(p, config)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
     grid = (p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, strips * cols), cdiv(O, config.block_o))
-    direct_fwd_kernel[grid](
+    args = (
         x, w, out, O,
         *pad3(p.in_spatial, 1), SO1, SO2, SO3, K1, K2,
         ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
         sy[0], *spatial_strides(out, 1, D), sy[-2], sy[-1],
+    )
+    meta = dict(
         K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip,
         INT64=needs_int64(x, w, out), TILE_H=tile_h, STRIPS=strips, COLS=cols, BLOCK_O=config.block_o,
         num_warps=config.num_warps,
     )
+    return grid, args, meta
 
 
 def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
