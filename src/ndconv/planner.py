@@ -206,13 +206,38 @@ def _forced(p: ConvProblem, algorithm: str, source: str) -> Plan:
 
 
 def _choose(p: ConvProblem) -> Plan:
-    for name in PREFERENCE.get(p.device, PREFERENCE["cpu"]):
+    order = PREFERENCE.get(p.device, PREFERENCE["cpu"])
+    why = "first in preference order"
+    if p.device == "cuda" and _cudnn_measured_faster(p):
+        order = ("native", *(name for name in order if name != "native"))
+        why = "PyTorch's cuDNN measured faster on this kind of problem"
+    for name in order:
         module = REGISTRY.get(name)  # an optional algorithm may be absent
         if module is not None:
             ok, reason = module.supports(p)
             if ok:
-                return Plan(module, module.default_config(p), f"first in preference order: {reason}")
+                return Plan(module, module.default_config(p), f"{why}: {reason}")
     raise AssertionError(f"no algorithm supports {p}")  # the reference supports everything
+
+
+def _cudnn_measured_faster(p: ConvProblem) -> bool:
+    """Where PyTorch's cuDNN (native) beat ndconv's kernels in the H200 benchmark
+    (docs/PERFORMANCE.md, bf16, 2026-11-29): weight gradients (1.2-4.9x), except the 1-D
+    depthwise ones (causal conv1d: 125 us against 1.47 ms); grouped convolutions with small
+    groups (1.14-1.21x); dense problems the TMA kernel does not take, i.e. strided, transposed
+    and the input gradients of strided convolutions (1.4-2x), except small-channel stems (the
+    packed gather kernel is 1.5x faster there)."""
+    from .algorithms import depthwise, grouped, implicit_gemm
+
+    if not implicit_gemm.supports(p)[0]:  # no Triton kernel can run here: the order decides
+        return False
+    if p.pass_ == "wgrad":
+        return not (p.ndim == 1 and depthwise.supports(p)[0])
+    if depthwise.supports(p)[0]:
+        return False
+    if grouped.supports(p)[0]:
+        return True
+    return implicit_gemm.tma_reason(p) is not None and not implicit_gemm.default_config(p).packed
 
 
 def _tuned_plan(tuned: tuning.Tuned) -> Plan:
