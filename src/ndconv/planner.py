@@ -226,7 +226,9 @@ def _cudnn_measured_faster(p: ConvProblem) -> bool:
     depthwise ones (causal conv1d: 125 us against 1.47 ms); grouped convolutions with small
     groups (1.14-1.21x); dense problems the TMA kernel does not take, i.e. strided, transposed
     and the input gradients of strided convolutions (1.4-2x), except small-channel stems (the
-    packed gather kernel is 1.5x faster there)."""
+    packed gather kernel is 1.5x faster there), 1-D problems and strided ones with asymmetric
+    padding (PyTorch's formulations pay for a pad or a slow 1-D path there: same_pad_s2 84 us
+    against 37, conv1d_k3s2_768 613 us against 244)."""
     from .algorithms import depthwise, grouped, implicit_gemm
 
     if not implicit_gemm.supports(p)[0]:  # no Triton kernel can run here: the order decides
@@ -237,6 +239,8 @@ def _cudnn_measured_faster(p: ConvProblem) -> bool:
         return False
     if grouped.supports(p)[0]:
         return True
+    if p.ndim == 1 or (any(s > 1 for s in p.stride) and p.padding_lo != p.padding_hi):
+        return False
     return implicit_gemm.tma_reason(p) is not None and not implicit_gemm.default_config(p).packed
 
 
