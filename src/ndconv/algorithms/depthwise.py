@@ -23,7 +23,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .triton_support import BoundLaunch, cdiv, group_channels, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
+from .triton_support import (
+    BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, sm_count, spatial_strides,
+)
 
 NAME = "depthwise"
 # Widest group handled on CUDA cores (C/groups or O/groups, the other being 1).
@@ -176,17 +178,10 @@ def prepare(p, config: Config):
         return None
     from .depthwise_kernels import direct_fwd_kernel
 
-    shape, dtype = p.result_shape, p.dtype
-    views = p.views(*(torch.empty(s, device="meta", dtype=dtype) for s in (*p.operand_shapes, shape)))
-    if any(v.storage_offset() for v in views):
+    views = meta_views(p)
+    if views is None:
         return None
-    launch = BoundLaunch(direct_fwd_kernel, *_forward_launch(p, *views, config), operands=views)
-
-    def call(a, b):
-        out = torch.empty(shape, dtype=dtype, device=a.device)
-        launch(a, b, out)
-        return out
-    return call
+    return allocating(p, BoundLaunch(direct_fwd_kernel, *_forward_launch(p, *views, config), operands=views))
 
 
 def _forward_launch(p, x, w, out, config: Config):

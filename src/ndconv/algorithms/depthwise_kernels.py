@@ -10,7 +10,7 @@ axis are unrolled in chunks of U, and the weight gradient's in one [K3P] axis.
 import triton
 import triton.language as tl
 
-from .kernel_utils import split_rows
+from .kernel_utils import input_index, split_rows
 
 
 @triton.jit
@@ -30,14 +30,6 @@ def _positions(offs_p, ROWS, SO1, SO2, SO3, INT64: tl.constexpr):
     if INT64:
         n = n.to(tl.int64)
     return offs_p < ROWS, n, j1, j2, j3
-
-
-@triton.jit
-def _input_index(j, t, ST, KD, ID, LO, S, ok):
-    """Undilated input index that output j reads through read-order tap t, and whether it is a
-    real element (inside the input, not an inserted zero)."""
-    u = j * ST + t * KD - LO
-    return u // ID, ok & (u >= 0) & (u <= (S - 1) * ID) & (u % ID == 0)
 
 
 @triton.constexpr_function
@@ -106,7 +98,7 @@ def direct_fwd_kernel(
         ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
         x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
         for t2 in range(K2):
-            i2, ok2 = _input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
+            i2, ok2 = input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
             rows = x1 + i2 * sx2  # [P]
             w12 = w_lanes + t1 * sw1 + t2 * sw2
             for t3o in tl.static_range(0, K3, U):  # chunks of U taps in read order
@@ -118,7 +110,7 @@ def direct_fwd_kernel(
                 v0 = j3 * ST3 + t3o * KD3 - LO3  # [P] dilated input column of the window's start
                 for e in tl.static_range((COLS - 1) * ST3 + (_chunk_taps(t3o, K3, U) - 1) * KD3 + 1):
                     if _column_used(e, COLS, t3o, ST3, KD3, K3, U):
-                        i3, ok = _input_index(v0, e, 1, 1, ID3, 0, S3, ok2)
+                        i3, ok = input_index(v0, e, 1, 1, ID3, 0, S3, ok2)
                         col = rows + i3 * sx3  # [P]
                         for c in tl.static_range(CG):
                             xv = tl.load(col[:, None] + (x_lanes + c * sxc)[None, :],
@@ -165,9 +157,9 @@ def direct_wgrad_kernel(
         mask_p, n, j1, j2, j3 = _positions(r0 + tl.arange(0, BLOCK_P), ROWS, SO1, SO2, SO3, INT64)
         dy = tl.load((dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + j3 * sd3)[:, None] + (g * sdg + k * sdo)[None, :],
                      mask=mask_p[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
-        i1, ok1 = _input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
-        i2, ok2 = _input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
-        i3, ok = _input_index(j3[None, :], t3[:, None], ST3, KD3, ID3, LO3, S3, ok2[None, :] & (t3 < K3)[:, None])
+        i1, ok1 = input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
+        i2, ok2 = input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
+        i3, ok = input_index(j3[None, :], t3[:, None], ST3, KD3, ID3, LO3, S3, ok2[None, :] & (t3 < K3)[:, None])
         rows = x_ptr + n * sxn + i1 * sx1 + i2 * sx2 + c * sxc  # [BLOCK_P]
         xv = tl.load(rows[None, :, None] + (i3 * sx3)[:, :, None] + (g * sxg)[None, None, :],
                      mask=ok[:, :, None] & mask_o[None, None, :], other=0.0)

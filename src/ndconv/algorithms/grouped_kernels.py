@@ -12,15 +12,7 @@ its input tile across taps are served by L1, not L2.
 import triton
 import triton.language as tl
 
-from .kernel_utils import dot, split_rows
-
-
-@triton.jit
-def _input_index(j, t, ST, KD, ID, LO, S, ok):
-    """Undilated input index that output j reads through read-order tap t, and whether it is a
-    real element (inside the input, not an inserted zero)."""
-    u = j * ST + t * KD - LO
-    return u // ID, ok & (u >= 0) & (u <= (S - 1) * ID) & (u % ID == 0)
+from .kernel_utils import dot, input_index, split_rows
 
 
 @triton.jit
@@ -142,9 +134,9 @@ def _gather_taps(x_base, x_cols, t0, j1, j2, j3, mask_r, mask_ci,
     t2 = (t // K3) % K2
     t1 = t // (K3 * K2)
     ok = mask_r[:, None] & (t < NTAPS)[None, :]
-    i1, ok = _input_index(j1[:, None], t1[None, :], ST1, KD1, ID1, LO1, S1, ok)
-    i2, ok = _input_index(j2[:, None], t2[None, :], ST2, KD2, ID2, LO2, S2, ok)
-    i3, ok = _input_index(j3[:, None], t3[None, :], ST3, KD3, ID3, LO3, S3, ok)
+    i1, ok = input_index(j1[:, None], t1[None, :], ST1, KD1, ID1, LO1, S1, ok)
+    i2, ok = input_index(j2[:, None], t2[None, :], ST2, KD2, ID2, LO2, S2, ok)
+    i3, ok = input_index(j3[:, None], t3[None, :], ST3, KD3, ID3, LO3, S3, ok)
     rows = x_base[:, None] + i1 * sx1 + i2 * sx2 + i3 * sx3  # [P, TN]
     if EVEN:
         mask = ok[:, :, None]
@@ -265,9 +257,9 @@ def grouped_fwd_fma_kernel(
         t3 = t % K3
         t2 = (t // K3) % K2
         t1 = t // (K3 * K2)
-        i1, ok = _input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
-        i2, ok = _input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok)
-        i3, ok = _input_index(j3, t3, ST3, KD3, ID3, LO3, S3, ok)
+        i1, ok = input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
+        i2, ok = input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok)
+        i3, ok = input_index(j3, t3, ST3, KD3, ID3, LO3, S3, ok)
         rows = x_base + i1 * sx1 + i2 * sx2 + i3 * sx3
         xv = tl.load(rows[:, None] + x_cols[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
         tw = NTAPS - 1 - t if FLIP else t

@@ -33,7 +33,9 @@ from functools import lru_cache
 
 import torch
 
-from .triton_support import INTERPRET, BoundLaunch, cdiv, kernel_reason, needs_int64, pad3, sm_count, spatial_strides
+from .triton_support import (
+    INTERPRET, BoundLaunch, allocating, cdiv, kernel_reason, meta_views, needs_int64, pad3, sm_count, spatial_strides,
+)
 
 NAME = "implicit_gemm"
 
@@ -179,29 +181,25 @@ def prepare(p, config: Config):
         return None
     from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel
 
-    shape, dtype = p.result_shape, p.dtype
-    views = p.views(*(torch.empty(s, device="meta", dtype=dtype) for s in (*p.operand_shapes, shape)))
-    if any(v.storage_offset() for v in views):
+    views = meta_views(p)
+    if views is None:
         return None
-    if config.tma:
-        launch = _tma_launch(p, *views, config)
-        if launch is None or launch[1][1].base is not views[1]:  # not TMA, or the weight copied
-            return None
-        launch = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
-    else:
+    if not config.tma:
         launch, empty = _forward_launch(p, *views, config)
         if launch is None or empty:
             return None
-        launch = BoundLaunch(conv_fwd_kernel, *launch, operands=views)
+        return allocating(p, BoundLaunch(conv_fwd_kernel, *launch, operands=views))
+    launch = _tma_launch(p, *views, config)
+    if launch is None or launch[1][1].base is not views[1]:  # not TMA, or the weight copied
+        return None
+    bound = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
 
-    def call(a, b):
-        out = torch.empty(shape, dtype=dtype, device=a.device)
-        if config.tma and (a.data_ptr() % 16 or b.data_ptr() % 16):
+    def tma_or_gather(a, b, out):
+        if a.data_ptr() % 16 or b.data_ptr() % 16:
             run(p, *p.views(a, b, out), config)
         else:
-            launch(a, b, out)
-        return out
-    return call
+            bound(a, b, out)
+    return allocating(p, tma_or_gather)
 
 
 def _forward_launch(p, x, w, out, config: Config):

@@ -33,3 +33,11 @@ def downcast(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     return x.to(dtype)
+
+
+@triton.jit
+def input_index(j, t, ST, KD, ID, LO, S, ok):
+    """Undilated input index that output j reads through read-order tap t, and whether it is a
+    real element (inside the input, not an inserted zero)."""
+    u = j * ST + t * KD - LO
+    return u // ID, ok & (u >= 0) & (u <= (S - 1) * ID) & (u % ID == 0)

@@ -136,3 +136,22 @@ class BoundLaunch:
         compiled = hit[0]
         compiled.run(*self.grid, self._stream(device), compiled.function, compiled.packed_metadata,
                      None, None, None, *values)
+
+
+def meta_views(p):
+    """The pass's grouped operand views (``p.views``) of meta tensors of its natural shapes, from
+    which a prepared launch takes its strides; None when a view does not start at its tensor's
+    first element (a BoundLaunch passes the natural tensors themselves)."""
+    views = p.views(*(torch.empty(s, device="meta", dtype=p.dtype) for s in (*p.operand_shapes, p.result_shape)))
+    return None if any(v.storage_offset() for v in views) else views
+
+
+def allocating(p, launch):
+    """A prepared call: the natural operands to a new result, which ``launch(a, b, out)`` fills."""
+    shape, dtype = p.result_shape, p.dtype
+
+    def call(a, b):
+        out = torch.empty(shape, dtype=dtype, device=a.device)
+        launch(a, b, out)
+        return out
+    return call
