@@ -208,9 +208,10 @@ def _forced(p: ConvProblem, algorithm: str, source: str) -> Plan:
 def _choose(p: ConvProblem) -> Plan:
     order = PREFERENCE.get(p.device, PREFERENCE["cpu"])
     why = "first in preference order"
-    if p.device == "cuda" and _cudnn_measured_faster(p):
-        order = ("native", *(name for name in order if name != "native"))
-        why = "PyTorch's cuDNN measured faster on this kind of problem"
+    first = _measured_first(p)
+    if first is not None:
+        order = (first, *(name for name in order if name != first))
+        why = f"{first} measured fastest on this kind of problem"
     for name in order:
         module = REGISTRY.get(name)  # an optional algorithm may be absent
         if module is not None:
@@ -220,28 +221,36 @@ def _choose(p: ConvProblem) -> Plan:
     raise AssertionError(f"no algorithm supports {p}")  # the reference supports everything
 
 
-def _cudnn_measured_faster(p: ConvProblem) -> bool:
-    """Where PyTorch's cuDNN (native) beat ndconv's kernels in the H200 benchmark
-    (docs/PERFORMANCE.md, bf16, 2026-11-29): weight gradients (1.2-4.9x), except the 1-D
-    depthwise ones (causal conv1d: 125 us against 1.47 ms); grouped convolutions with small
-    groups (1.14-1.21x); dense problems the TMA kernel does not take, i.e. strided, transposed
-    and the input gradients of strided convolutions (1.4-2x), except small-channel stems (the
-    packed gather kernel is 1.5x faster there), 1-D problems and strided ones with asymmetric
-    padding (PyTorch's formulations pay for a pad or a slow 1-D path there: same_pad_s2 84 us
-    against 37, conv1d_k3s2_768 613 us against 244)."""
+def _measured_first(p: ConvProblem) -> str | None:
+    """The algorithm that the H200 benchmark (docs/PERFORMANCE.md, bf16, 2026-11-29) measured
+    fastest on ``p``'s kind of problem where that is not the preference order's first, else
+    None. PyTorch's cuDNN (native) wins: weight gradients (1.2-4.9x), except 1-D depthwise ones
+    (causal conv1d: depthwise 127 us against 2.06 ms); 2-D depthwise kernels of 3x3 and less
+    (dw3x3_56 57 against 71 us); small groups (1.0-1.2x); and the dense problems the TMA kernel
+    does not take (strided, transposed, input gradients of strided convolutions: 1.4-2x) or
+    whose forward has symmetric padding on 2 or 3 axes (r50, vae, unet, conv3d: within 1-18%).
+    The TMA kernel keeps input gradients, 1-D forwards and asymmetric padding (conv1d_k3_80 72
+    against 97 us, conv3d_causal_vae 117 against 148), the packed gather kernel small-channel
+    stems (292 against 452 us), and strided 1-D or asymmetric problems go to cuDNN's frontend
+    graphs where installed (same_pad_s2 22 against 38 us, conv1d_k3s2_768 159 against 244; no
+    PyTorch formulation is competitive there)."""
     from .algorithms import depthwise, grouped, implicit_gemm
 
-    if not implicit_gemm.supports(p)[0]:  # no Triton kernel can run here: the order decides
-        return False
+    if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
+        return None
     if p.pass_ == "wgrad":
-        return not (p.ndim == 1 and depthwise.supports(p)[0])
+        return None if p.ndim == 1 and depthwise.supports(p)[0] else "native"
     if depthwise.supports(p)[0]:
-        return False
+        return "native" if p.ndim == 2 and max(p.kernel) <= 3 else None
     if grouped.supports(p)[0]:
-        return True
-    if p.ndim == 1 or (any(s > 1 for s in p.stride) and p.padding_lo != p.padding_hi):
-        return False
-    return implicit_gemm.tma_reason(p) is not None and not implicit_gemm.default_config(p).packed
+        return "native"
+    asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
+    if strided and (asymmetric or p.ndim == 1):
+        cudnn = REGISTRY.get("cudnn")
+        return "cudnn" if cudnn is not None and cudnn.supports(p)[0] else None
+    if implicit_gemm.tma_reason(p) is None:
+        return "native" if p.pass_ == "fwd" and p.ndim >= 2 and not asymmetric else None
+    return None if implicit_gemm.default_config(p).packed else "native"
 
 
 def _tuned_plan(tuned: tuning.Tuned) -> Plan:
