@@ -231,9 +231,11 @@ def _measured_first(p: ConvProblem) -> str | None:
     whose forward has symmetric padding on 2 or 3 axes (r50, vae, unet, conv3d: within 1-18%).
     The TMA kernel keeps input gradients, 1-D forwards and asymmetric padding (conv1d_k3_80 72
     against 97 us, conv3d_causal_vae 117 against 148), the packed gather kernel small-channel
-    stems (292 against 452 us), and strided 1-D or asymmetric problems go to cuDNN's frontend
-    graphs where installed (same_pad_s2 22 against 38 us, conv1d_k3s2_768 159 against 244; no
-    PyTorch formulation is competitive there)."""
+    stems (292 against 452 us). Where cuDNN's frontend graphs are installed (the cudnn
+    algorithm), they take the problems the TMA kernel takes (the fastest there on 13 of 17 rows,
+    e.g. r50_3x3_14 input gradient 31 against 39 us, the rest within 11%) and strided 1-D or
+    asymmetric ones (same_pad_s2 22 against 38 us, conv1d_k3s2_768 159 against 244; no PyTorch
+    formulation is competitive there)."""
     from .algorithms import depthwise, grouped, implicit_gemm
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
@@ -245,10 +247,13 @@ def _measured_first(p: ConvProblem) -> str | None:
     if grouped.supports(p)[0]:
         return "native"
     asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
+    cudnn = REGISTRY.get("cudnn")
+    graphs = cudnn is not None and cudnn.supports(p)[0]
     if strided and (asymmetric or p.ndim == 1):
-        cudnn = REGISTRY.get("cudnn")
-        return "cudnn" if cudnn is not None and cudnn.supports(p)[0] else None
+        return "cudnn" if graphs else None
     if implicit_gemm.tma_reason(p) is None:
+        if graphs:
+            return "cudnn"
         return "native" if p.pass_ == "fwd" and p.ndim >= 2 and not asymmetric else None
     return None if implicit_gemm.default_config(p).packed else "native"
 
