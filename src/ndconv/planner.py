@@ -27,13 +27,14 @@ ENV_AUTOTUNE = "NDCONV_AUTOTUNE"
 ENV_PLAN_CACHE_SIZE = "NDCONV_PLAN_CACHE_SIZE"
 DEFAULT_PLAN_CACHE_SIZE = 128
 
-# Preference order per device: the first algorithm that supports a problem runs it.
+# Preference order per device: the first algorithm that supports a problem runs it, except
+# where the benchmark measured another one faster on that kind of problem (_measured_first).
 # - GPU: the direct kernel takes depthwise convolutions and channel multipliers (a dense
 #   tensor-core tile would waste almost all its work there), block-diagonal packing or the
 #   direct grouped kernel other small groups, the Triton implicit GEMM every other
 #   fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN) the rest (float64). cuDNN's graphs
-#   (the optional cudnn algorithm) come after it until measurement says where they win;
-#   autotuning times them everywhere they build.
+#   (the optional cudnn algorithm) come after it in the order; _measured_first puts them first
+#   where they won, and autotuning times them everywhere they build.
 # - toeplitz (the banded tensor-core GEMM for long depthwise kernels) is in no list: measured
 #   slower than depthwise on the H200 (bf16): dw31x31_56 input gradient 1.98 ms against
 #   1.43 ms, 1-D k=64 0.31 ms against 0.29 ms (mma.sync, 131 KB of shared memory, one program
