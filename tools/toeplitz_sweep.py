@@ -80,7 +80,9 @@ def compiled_info(before: set) -> list[dict]:
             if key in before:
                 continue
             ptx = kernel.asm.get("ptx", "")
-            out.append({"n_regs": kernel.n_regs, "n_spills": kernel.n_spills, "shared": kernel.metadata.shared,
+            # a kernel compiled but never loaded (its launch failed) has no register counts
+            out.append({"n_regs": getattr(kernel, "n_regs", None), "n_spills": getattr(kernel, "n_spills", None),
+                        "shared": kernel.metadata.shared,
                         "wgmma": "wgmma.mma_async" in ptx, "mma_sync": "mma.sync" in ptx})
     return out
 
