@@ -21,6 +21,14 @@ def _weight_tap(t0, u, pt, k, FLIP: tl.constexpr):
 
 
 @triton.jit
+def _carry(a, b, n):
+    """Counter a wrapped to 0 when it reaches n, with the carry added to the next counter b
+    (the reduction's tap and channel counters advance this way: no division in the loop)."""
+    wrap = a >= n
+    return tl.where(wrap, 0, a), tl.where(wrap, b + 1, b)
+
+
+@triton.jit
 def conv_fwd_kernel(
     x_ptr, w_ptr, y_ptr, phase_ptr,
     N, CG, OG, NPHASE,
@@ -94,13 +102,8 @@ def conv_fwd_kernel(
             b = tl.load(w_cols[None, :] + (t1 * sw1 + t2 * sw2 + t3 * sw3 + c * swc)[:, None],
                         mask=mask_k[:, None] & mask_n[None, :], other=0.0)
             acc = dot(a, b, acc, PRECISION, UPCAST)
-            k0 += BLOCK_K
-            next_tap = k0 >= run
-            k0 = tl.where(next_tap, 0, k0)
-            u2 = tl.where(next_tap, u2 + 1, u2)
-            carry = u2 >= NT2
-            u2 = tl.where(carry, 0, u2)
-            u1 = tl.where(carry, u1 + 1, u1)
+            k0, u2 = _carry(k0 + BLOCK_K, u2, run)
+            u2, u1 = _carry(u2, u1, NT2)
     else:  # one tap at a time, channels in BLOCK_K chunks: contiguous, vectorised loads
         # the tap (u1, u2, u3) and channel chunk c0 advance as counters: no division in the loop
         u1 = pid_z * 0
@@ -122,16 +125,9 @@ def conv_fwd_kernel(
             b = tl.load(w_cols[None, :] + t1 * sw1 + t2 * sw2 + t3 * sw3 + (offs_c * swc)[:, None],
                         mask=mask_c[:, None] & mask_n[None, :], other=0.0)
             acc = dot(a, b, acc, PRECISION, UPCAST)
-            c0 += BLOCK_K
-            next_tap = c0 >= CG
-            c0 = tl.where(next_tap, 0, c0)
-            u3 = tl.where(next_tap, u3 + 1, u3)
-            carry = u3 >= NT3
-            u3 = tl.where(carry, 0, u3)
-            u2 = tl.where(carry, u2 + 1, u2)
-            carry = u2 >= NT2
-            u2 = tl.where(carry, 0, u2)
-            u1 = tl.where(carry, u1 + 1, u1)
+            c0, u3 = _carry(c0 + BLOCK_K, u3, CG)
+            u3, u2 = _carry(u3, u2, NT3)
+            u2, u1 = _carry(u2, u1, NT2)
 
     j1 = r1 + PJ1 * q1
     j2 = r2 + PJ2 * q2
@@ -280,16 +276,9 @@ def conv_fwd_tma_kernel(
             b = w_desc.load([u1, u2, u3, o0, c0])
         b = b.reshape(BLOCK_N, BLOCK_K)  # [BLOCK_N, BLOCK_K]
         acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
-        c0 += BLOCK_K
-        next_tap = c0 >= CG
-        c0 = tl.where(next_tap, 0, c0)
-        u3 = tl.where(next_tap, u3 + 1, u3)
-        carry = u3 >= K3
-        u3 = tl.where(carry, 0, u3)
-        u2 = tl.where(carry, u2 + 1, u2)
-        carry = u2 >= K2
-        u2 = tl.where(carry, 0, u2)
-        u1 = tl.where(carry, u1 + 1, u1)
+        c0, u3 = _carry(c0 + BLOCK_K, u3, CG)
+        u3, u2 = _carry(u3, u2, K3)
+        u2, u1 = _carry(u2, u1, K2)
 
     offs_m = tl.arange(0, BLOCK_M)
     i3 = j3 + offs_m % B3
