@@ -17,47 +17,10 @@ import tempfile
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from sm90 import BIN, Capture, compile_sm90
 
 from ndconv.algorithms import grouped, grouped_kernels
 from ndconv.api import make_problem
-
-TARGET = GPUTarget("cuda", 90, 64)
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-PTR = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
-
-
-class _Capture:
-    """Stands in for a @triton.jit kernel: records the launch instead of running it."""
-
-    def __init__(self, fn):
-        self.fn, self.calls = fn, []
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
-
-
-def _compile(fn, args, kwargs):
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
-    sig, consts, attrs = {}, dict(kwargs), {}
-    for i, (name, value) in enumerate(zip(fn.arg_names, args)):
-        if fn.params[i].is_constexpr:
-            consts[name] = value
-        elif isinstance(value, torch.Tensor):
-            sig[name] = PTR[value.dtype]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, bool):
-            sig[name] = "i1"
-        elif value == 1:
-            sig[name], consts[name] = "constexpr", 1
-        else:
-            sig[name] = "i32" if -2**31 <= value < 2**31 else "i64"
-            if value % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    for name in consts:
-        sig[name] = "constexpr"
-    return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=options)
 
 
 def _resources(cubin: bytes) -> str:
@@ -85,7 +48,7 @@ SASS_OPS = ("LDG.E.128", "LDG.E.64", "LDG.E ", "LDG.E.U16", "STG", "HMMA", "HGMM
 def report(name, q, config, dump=None):
     captured = {}
     for kname in ("grouped_fwd_kernel", "grouped_fwd_fma_kernel", "grouped_wgrad_kernel"):
-        captured[kname] = _Capture(getattr(grouped_kernels, kname))
+        captured[kname] = Capture(getattr(grouped_kernels, kname))
         setattr(grouped_kernels, kname, captured[kname])
     try:
         a, b = (torch.empty(shape, dtype=q.dtype) for shape in q.operand_shapes)
@@ -96,7 +59,7 @@ def report(name, q, config, dump=None):
             setattr(grouped_kernels, kname, cap.fn)
     for kname, cap in captured.items():
         for grid, args, kwargs in cap.calls:
-            k = _compile(cap.fn, args, dict(kwargs))
+            k = compile_sm90(cap.fn, args, kwargs)
             sass = _sass(k.asm["cubin"])
             counts = " ".join(f"{op.strip()}={sass.count(op)}" for op in SASS_OPS)
             print(f"{name} {q.pass_} {kname} grid {grid} {config}\n  {_resources(k.asm['cubin'])} "
@@ -119,7 +82,8 @@ def main():
                      device="cuda")
     for pass_ in args.passes:
         q = p if pass_ == "fwd" else getattr(p, pass_)()
-        report("grouped3x3_g32", q, grouped.default_config(q), args.sass)
+        direct = grouped.default_config(q) if pass_ == "wgrad" else grouped.Config()  # fwd/dgrad default packs
+        report("grouped3x3_g32", q, direct, args.sass)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.tools.tensor_descriptor import TensorDescriptor
+from sm90 import Capture, compile_sm90
 
 from ndconv.algorithms import implicit_gemm, implicit_gemm_kernels
 from ndconv.algorithms.implicit_gemm import Config
@@ -27,54 +26,16 @@ from ndconv.bench import suites
 
 DENSE = ["r50_3x3_56", "r50_3x3_28", "r50_3x3_14", "r50_3x3_7", "r50_1x1_56", "unet_3x3_64",
          "vae_3x3_256", "dilated3x3_d2", "conv3d_3x3x3", "conv1d_k3_80"]
-_TY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-
-
-class _Capture:
-    """Stands in for the kernel: records the launch instead of running it."""
-
-    def __init__(self, fn):
-        self.fn, self.calls = fn, []
-
-    def __getitem__(self, grid):
-        return lambda *args, **kw: self.calls.append((grid, args, kw))
-
-
 def launch_args(p, config):
     a, b = (torch.empty(s, dtype=p.dtype) for s in p.operand_shapes)
     out = torch.empty(p.result_shape, dtype=p.dtype)
-    capture = _Capture(implicit_gemm_kernels.conv_fwd_tma_kernel)
+    capture = Capture(implicit_gemm_kernels.conv_fwd_tma_kernel)
     real, implicit_gemm_kernels.conv_fwd_tma_kernel = implicit_gemm_kernels.conv_fwd_tma_kernel, capture
     try:
         ok = implicit_gemm._run_tma(p, *p.views(a, b, out), config)
     finally:
         implicit_gemm_kernels.conv_fwd_tma_kernel = real
     return capture.calls[0] if ok else None
-
-
-def compile_sm90(args, kw):
-    fn = implicit_gemm_kernels.conv_fwd_tma_kernel
-    names = fn.arg_names
-    signature, constexprs, attrs = {}, {}, {}
-    for i, (name, value) in enumerate(zip(names, args)):
-        if isinstance(value, TensorDescriptor):
-            signature[name] = f"tensordesc<{_TY[value.base.dtype]}[{','.join(map(str, value.block_shape))}]>"
-        elif isinstance(value, torch.Tensor):
-            signature[name] = f"*{_TY[value.dtype]}"
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, bool):
-            signature[name] = "i1"
-        elif value == 1:
-            signature[name], constexprs[name] = "constexpr", 1
-        else:
-            signature[name] = "i32" if abs(value) < 2**31 else "i64"
-            if value % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    options = {k: kw.pop(k) for k in ("num_warps", "num_stages")}
-    for name, value in kw.items():
-        signature[name], constexprs[name] = "constexpr", value
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 64), options=options)
 
 
 def describe(kernel) -> str:
@@ -114,7 +75,7 @@ def main():
             print(f"{name}: the TMA path refuses {config}")
             continue
         grid, args, kw = call
-        kernel = compile_sm90(args, dict(kw))
+        kernel = compile_sm90(implicit_gemm_kernels.conv_fwd_tma_kernel, args, kw)
         box = "x".join(str(kw[k]) for k in ("BB", "B1", "B2", "B3"))
         print(f"{name}: box {box} BN {kw['BLOCK_N']} BK {kw['BLOCK_K']} warps {kw['num_warps']} "
               f"stages {kw['num_stages']} grid {grid}: {describe(kernel)}")
