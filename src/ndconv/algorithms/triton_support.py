@@ -106,7 +106,7 @@ class BoundLaunch:
         self.values = list(args) + [meta[name] for name in kernel.arg_names[len(args):]]  # all given
         self.slots = tuple((i, k) for i, a in enumerate(self.values) for k, o in enumerate(operands) if a is o)
         self.descriptors = tuple((i, k, a) for i, a in enumerate(self.values) for k, o in enumerate(operands)
-                                 if getattr(a, "base", None) is o)
+                                 if not isinstance(a, torch.Tensor) and getattr(a, "base", None) is o)
         self.kernel, self.meta, self.positional = kernel, meta, len(args)
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self._compiled = {}  # device index -> (compiled kernel, operands' 16-byte alignment)
