@@ -94,6 +94,9 @@ class BoundLaunch:
     kernel's launcher directly, on the current device and stream. Triton specialises pointers on
     16-byte alignment, so an operand whose alignment differs from the compiled kernel's takes
     Triton's path again (as does every launch in the interpreter, or with a launch hook set).
+    Triton's launcher encodes each TMA descriptor on every launch (cuTensorMapEncode); here the
+    encoding of a descriptor is kept per base address (``_RawLaunch``), since its shape, strides
+    and box never change.
 
     ``args`` are the kernel's positional arguments, in which ``operands`` (tensors, by identity,
     or the base of a tensor descriptor) are placeholders for the tensors each call passes (a
@@ -109,33 +112,101 @@ class BoundLaunch:
                                  if not isinstance(a, torch.Tensor) and getattr(a, "base", None) is o)
         self.kernel, self.meta, self.positional = kernel, meta, len(args)
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
-        self._compiled = {}  # device index -> (compiled kernel, operands' 16-byte alignment)
+        self._compiled = {}  # device index -> (compiled kernel, operands' 16-byte alignment, _RawLaunch)
         if not INTERPRET:
             from triton import knobs
             from triton.runtime import driver
 
             self._hooks, self._stream = knobs.runtime, driver.active.get_current_stream
 
+    def _with_descriptors(self, values, operands):
+        for i, k, template in self.descriptors:
+            values[i] = descriptor = object.__new__(type(template))
+            descriptor.__dict__.update(template.__dict__, base=operands[k])
+
     def __call__(self, *operands) -> None:
         values = self.values.copy()
         for i, k in self.slots:
             values[i] = operands[k]
-        for i, k, template in self.descriptors:
-            values[i] = descriptor = object.__new__(type(template))
-            descriptor.__dict__.update(template.__dict__, base=operands[k])
         if INTERPRET:
+            self._with_descriptors(values, operands)
             self.kernel[self.grid](*values[:self.positional], **self.meta)
             return
         aligned = tuple(t.data_ptr() % 16 == 0 for t in operands)
-        device = torch.cuda.current_device()
+        device = operands[0].get_device()
         hit = self._compiled.get(device)
-        if hit is None or hit[1] != aligned or self._hooks.launch_enter_hook is not None:
+        if hit is None or hit[1] != aligned or _hooked(self._hooks.launch_enter_hook):
+            self._with_descriptors(values, operands)
             compiled = self.kernel[self.grid](*values[:self.positional], **self.meta)
-            self._compiled[device] = (compiled, aligned)
+            self._compiled[device] = (compiled, aligned, _RawLaunch.of(compiled, self.descriptors))
             return
-        compiled = hit[0]
-        compiled.run(*self.grid, self._stream(device), compiled.function, compiled.packed_metadata,
-                     None, None, None, *values)
+        compiled, _, raw = hit
+        stream = self._stream(device)
+        if raw is not None:
+            raw(self.grid, stream, compiled, values, operands)
+            return
+        self._with_descriptors(values, operands)
+        compiled.run(*self.grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *values)
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook is set: Triton 3.6 keeps a HookChain, empty by default (so testing
+    ``is not None`` would always send launches down Triton's path); older Tritons None."""
+    return bool(getattr(hook, "calls", hook))
+
+
+class _RawLaunch:
+    """A compiled kernel's C launcher, called with its TMA descriptors encoded once per base
+    address (Triton 3.6's launcher encodes every descriptor on every launch, a few µs each).
+    ``of`` returns None where the launcher is not the one this was written for (no descriptors,
+    scratch memory to allocate, or another Triton's wrapper): Triton's own launch then runs."""
+
+    _MAX_BASES = 16  # encodings kept per descriptor (a loop cycles through few buffers)
+
+    def __init__(self, launch, encode, run, descriptors, metadata):
+        self.launch, self.encode, self.run = launch, encode, run
+        self.descriptors = tuple((i, k, template, meta) for (i, k, template), meta in zip(descriptors, metadata))
+        self.encoded = {i: {} for i, _, _, _ in self.descriptors}
+
+    @classmethod
+    def of(cls, compiled, descriptors):
+        try:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+        except ImportError:
+            return None
+        run = compiled.run
+        metadata = getattr(compiled.metadata, "tensordesc_meta", None)
+        if (not descriptors or not metadata or len(metadata) != len(descriptors)
+                or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)):
+            return None
+        # Triton wraps the C launcher in a closure that encodes the descriptors: take the C one
+        cells = getattr(getattr(run, "launch", None), "__closure__", None) or ()
+        launchers = [c.cell_contents for c in cells if type(c.cell_contents).__name__ == "builtin_function_or_method"]
+        if len(launchers) != 1:
+            return None
+        return cls(launchers[0], make_tensordesc_arg, run, descriptors, metadata)
+
+    def __call__(self, grid, stream, compiled, values, operands):
+        for i, k, template, meta in self.descriptors:
+            base = operands[k]
+            known = self.encoded[i]
+            expanded = known.get(base.data_ptr())
+            if expanded is None:
+                descriptor = object.__new__(type(template))
+                descriptor.__dict__.update(template.__dict__, base=base)
+                expanded = self.encode(descriptor, meta)
+                if len(known) >= self._MAX_BASES:
+                    known.clear()
+                known[base.data_ptr()] = expanded
+            values[i] = expanded
+        args = []
+        for v in values:
+            if type(v) is list:  # an encoded descriptor (no kernel argument is a list)
+                args.extend(v)
+            else:
+                args.append(v)
+        self.launch(*grid, stream, compiled.function, self.run.launch_cooperative_grid, self.run.launch_pdl,
+                    None, None, compiled.packed_metadata, None, None, None, *args)
 
 
 def meta_views(p):
