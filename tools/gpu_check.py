@@ -76,8 +76,12 @@ def large_check(name, log):
     gradient against PyTorch's (cuDNN, fp32) since a float64 reference of it would not fit."""
     from ndconv.api import make_problem
 
-    N, H, W, C, O = 4, 4096, 4096, 36, 16  # x: 2.4e9 elements (4.8 GB bf16)
+    N, H, W, C, O = 4, 4096, 4096, 40, 16  # x: 2.7e9 elements (5.4 GB bf16), 80-byte rows: TMA on sm_90
     p = make_problem((N, H, W, C), (O, 3, 3, C), dtype=torch.bfloat16, device="cuda", padding=1)
+    from ndconv.algorithms import implicit_gemm
+
+    log(f">2^31 elements: TMA path {implicit_gemm.tma_reason(p) or 'taken'} (forward), "
+        f"{implicit_gemm.tma_reason(p.wgrad()) or 'taken'} (weight gradient)")
     x, w = testing.random_operands(p, seed=5)
     y = autograd.run(p, x, w, name)
     rows = 4
@@ -101,7 +105,7 @@ def compiled_kernels(log):
     from ndconv.algorithms import implicit_gemm_kernels as K
 
     out = []
-    for fn in (K.conv_fwd_kernel, K.conv_wgrad_kernel):
+    for fn in (K.conv_fwd_kernel, K.conv_wgrad_kernel, K.conv_fwd_tma_kernel, K.conv_wgrad_tma_kernel):
         for cache in fn.device_caches.values():
             for kernel in cache[0].values():
                 ptx = kernel.asm.get("ptx", "")

@@ -39,6 +39,8 @@ CASES = [
     ("dilated3x3_d2", "fwd"), ("conv3d_3x3x3", "fwd"), ("conv3d_causal_vae", "fwd"), ("conv1d_k3_80", "fwd"),
     ("r50_3x3_14_fp32", "fwd"),
     ("r50_3x3_56", "dgrad"), ("r50_3x3_14", "dgrad"), ("r50_1x1_56", "dgrad"), ("conv3d_3x3x3", "dgrad"),
+    ("convT_3x3s2", "fwd"), ("convT_4x4s2", "fwd"),
+    ("r50_3x3_56", "wgrad"), ("r50_3x3_14", "wgrad"), ("r50_1x1_56", "wgrad"), ("conv3d_3x3x3", "wgrad"),
 ]
 # extra output boxes (box_h, box_w) tried with the heuristic's tile on 2-D problems
 BOXES = ((8, 16), (16, 16), (4, 32))
@@ -46,14 +48,19 @@ BOXES = ((8, 16), (16, 16), (4, 32))
 
 def label(c: ig.Config) -> str:
     tiles = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-    return tiles + (f" box {f'{c.box_h}x{c.box_w}' if c.box_w else 'auto'}" if c.tma else "")
+    return tiles + (f" box {f'{c.box_h}x{c.box_w}' if c.box_w else 'auto'}{' tma-store' if c.tma_store else ''}"
+                    if c.tma else "")
 
 
 def candidates(q, max_configs: int) -> list[ig.Config]:
+    if q.pass_ == "wgrad":
+        return ig.tma_wgrad_configs(q)[:max_configs]
     out = ig.tma_configs(q)[:max_configs]
     if q.c_per_group % 64:  # the last channel block is partly zero-filled: other steps
         out += [dataclasses.replace(out[0], block_k=bk) for bk in (16, 32, 64)
                 if bk != out[0].block_k and (bk * q.dtype.itemsize <= 128)]
+    if not out[0].tma_store:
+        out.append(dataclasses.replace(out[0], tma_store=True))
     if q.ndim == 2:
         base = out[0]
         for h, w in BOXES:
@@ -121,14 +128,17 @@ def sweep_case(case, pass_, device, l2_bytes, args, deadline, log) -> dict:
     timed = {k: v["ms"] for k, v in baselines.items() if "ms" in v}
     row["pytorch_ms"] = min(timed.values()) if timed else None
 
+    gather_config = ig.gather_wgrad_config(q) if q.pass_ == "wgrad" else ig.gather_config(q)
+    run_tma_path = ig._run_tma_wgrad if q.pass_ == "wgrad" else ig._run_tma
+
     def gather(a, b):
         out = torch.empty(q.result_shape, dtype=q.dtype, device=device)
-        ig.run(q, *q.views(a, b, out), ig.gather_config(q))
+        ig.run(q, *q.views(a, b, out), gather_config)
         return out
 
-    row["gather_config"] = repr(ig.gather_config(q))
+    row["gather_config"] = repr(gather_config)
     row["gather"] = measure(gather, sets, check, device, args.repeat_budget)
-    report(f"gather {label(ig.gather_config(q))}", row["gather"])
+    report(f"gather {label(gather_config)}", row["gather"])
 
     row["tma"] = {}
     for i, config in enumerate(candidates(q, args.max_configs)):
@@ -139,7 +149,7 @@ def sweep_case(case, pass_, device, l2_bytes, args, deadline, log) -> dict:
 
         def run_tma(a, b, config=config):
             out = torch.empty(q.result_shape, dtype=q.dtype, device=device)
-            if not ig._run_tma(q, *q.views(a, b, out), config):
+            if not run_tma_path(q, *q.views(a, b, out), config):
                 raise RuntimeError("the TMA path refused these tensors")
             return out
 

@@ -225,18 +225,22 @@ def _choose(p: ConvProblem) -> Plan:
 def _measured_first(p: ConvProblem) -> str | None:
     """The algorithm that the H200 benchmark (docs/PERFORMANCE.md, bf16, 2026-11-29) measured
     fastest on ``p``'s kind of problem where that is not the preference order's first, else
-    None. PyTorch's cuDNN (native) wins: weight gradients (1.2-4.9x), except 1-D depthwise ones
-    (causal conv1d: depthwise 127 us against 2.06 ms); 2-D depthwise kernels of 3x3 and less
-    (dw3x3_56 57 against 71 us); small groups (1.0-1.2x); and the dense problems the TMA kernel
-    does not take (strided, transposed, input gradients of strided convolutions: 1.4-2x) or
-    whose forward has symmetric padding on 2 or 3 axes (r50, vae, unet, conv3d: within 1-18%).
-    The TMA kernel keeps input gradients, 1-D forwards and asymmetric padding (conv1d_k3_80 72
-    against 97 us, conv3d_causal_vae 117 against 148), the packed gather kernel small-channel
-    stems (292 against 452 us). Where cuDNN's frontend graphs are installed (the cudnn
-    algorithm), they take the problems the TMA kernel takes (the fastest there on 13 of 17 rows,
-    e.g. r50_3x3_14 input gradient 31 against 39 us, the rest within 11%) and strided 1-D or
-    asymmetric ones (same_pad_s2 22 against 38 us, conv1d_k3s2_768 159 against 244; no PyTorch
-    formulation is competitive there)."""
+    None. PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it
+    on the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
+    conv1d: depthwise 126 us against 1.47 ms); 2-D depthwise kernels of 3x3 and less (dw3x3_56
+    56 us either way); small groups (1.0-1.1x); and the dense problems the TMA kernel does not
+    take (strided ones), or takes but loses on: forwards with symmetric padding on 2 or 3 axes
+    (r50, vae, conv3d: within 0-13%). The TMA kernel keeps input gradients, 1-D forwards,
+    asymmetric padding and input-dilated forwards (transposed convolutions, over output phases:
+    convT_3x3s2 38.9 against 45.1 us, convT_4x4s2 126.7 against 131.1), the gather kernel
+    strided ones with asymmetric padding or one axis (same_pad_s2 37 against 84 us,
+    conv1d_k3s2_768 248 against 614) and small-channel stems (295 against 454 us). cuDNN's frontend graphs (the cudnn
+    algorithm) are never chosen here, though they measured fastest on several dense problems
+    (by 1-10% of GPU time): issuing one costs about 250 us of host time (the frontend's Python
+    per execution), against 50-110 us for the others, so a model of such layers would wait on
+    the host. Autotuning weighs that too (tuning.tune). For the same reason, problems so small
+    that the GPU finishes them faster than PyTorch's call is issued (``_host_bound``) keep the
+    TMA kernel, whose bound launch costs half the host time."""
     from .algorithms import depthwise, grouped, implicit_gemm
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
@@ -248,15 +252,24 @@ def _measured_first(p: ConvProblem) -> str | None:
     if grouped.supports(p)[0]:
         return "native"
     asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
-    cudnn = REGISTRY.get("cudnn")
-    graphs = cudnn is not None and cudnn.supports(p)[0]
-    if strided and (asymmetric or p.ndim == 1):
-        return "cudnn" if graphs else None
+    if strided and (asymmetric or p.ndim == 1):  # PyTorch pads a copy, or has no fast 1-D kernel
+        return None
     if implicit_gemm.tma_reason(p) is None:
-        if graphs:
-            return "cudnn"
-        return "native" if p.pass_ == "fwd" and p.ndim >= 2 and not asymmetric else None
+        native = (p.pass_ == "fwd" and p.ndim >= 2 and not asymmetric and not _host_bound(p)
+                  and not any(d > 1 for d in p.input_dilation))
+        return "native" if native else None
     return None if implicit_gemm.default_config(p).packed else "native"
+
+
+# Host time per cached call measured on the H200 machine (tools/host_overhead.py, tiny bf16
+# conv2d): a bound Triton launch about 21-23 us, PyTorch's convolution through ndconv 46 us.
+_NATIVE_HOST_S = 46e-6
+
+
+def _host_bound(p: ConvProblem) -> bool:
+    """True when the GPU would finish ``p`` (at its roofline floor, H200 ceilings) before the
+    host has issued PyTorch's call for it: the Triton kernels' cheaper launch then wins."""
+    return max(p.flops / 790e12, p.min_bytes / 4.25e12) < _NATIVE_HOST_S / 4
 
 
 def _tuned_plan(tuned: tuning.Tuned) -> Plan:

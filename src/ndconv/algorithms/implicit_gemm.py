@@ -14,12 +14,15 @@ so the result is deterministic. It gathers whichever operand makes the gather de
 stride `stride` (rows over output positions) when there is no input dilation, else dy at stride
 `input_dilation` (rows over input positions).
 
-Hopper path (``Config.tma``): at stride 1 without input dilation, every input tile of a tap is a
-box of the channels-last input shifted by the tap, so the tensor-memory accelerator (TMA) loads
+Hopper path (``Config.tma``): at stride 1 (with or without input dilation: per output phase),
+every input tile of a tap is a box of the channels-last input shifted by the tap, so the tensor-memory accelerator (TMA) loads
 it, and fills what falls outside the input with zeros, which is the padding: no masks, no
 per-element addresses, loads pipelined on barriers and fed to wgmma from shared memory. The
 output tile is a box of positions (e.g. 8 x 16 of one image) times a block of output channels.
-It needs TMA's alignment (16-byte strides and base); problems or tensors without it, and GPUs
+The tile leaves in one TMA store where the output allows it (clipped at the output's edges).
+The weight gradient at stride 1 has a TMA kernel too: per tap, dy's box of positions and x's
+box shifted by the tap, both straight from shared memory into wgmma (split-K as above). It
+needs TMA's alignment (16-byte strides and base); problems or tensors without it, and GPUs
 before sm_90, take the gather path.
 
 Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
@@ -34,7 +37,8 @@ from functools import lru_cache
 import torch
 
 from .triton_support import (
-    INTERPRET, BoundLaunch, allocating, cdiv, kernel_reason, meta_views, needs_int64, pad3, sm_count, spatial_strides,
+    INTERPRET, BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, sm_count,
+    spatial_strides,
 )
 
 NAME = "implicit_gemm"
@@ -50,9 +54,10 @@ class Config:
     packed: bool = False  # reduction steps over (last-axis tap, channel) pairs (small channel counts)
     split_k: int = 0  # weight gradient: programs sharing the reduction (0: enough to fill the GPU)
     tapwise: bool = True  # weight gradient: column tiles within one tap (else (tap, channel) pairs)
-    tma: bool = False  # stride 1, no input dilation: TMA boxes instead of gathers (see tma_reason)
+    tma: bool = False  # stride 1: TMA boxes instead of gathers (see tma_reason)
     box_h: int = 0  # tma: a tile's output positions along the second-to-last spatial axis and
     box_w: int = 0  # along the last one (0, 0: the box of block_m positions that wastes least)
+    tma_store: bool = False  # tma: the output tile leaves in one TMA store (else masked stores)
 
 
 def supports(p):
@@ -73,20 +78,25 @@ def _pow2_at_least(n: int, lo: int, hi: int) -> int:
 def default_config(p) -> Config:
     """Tile shapes by the problem's shape class: the TMA path's (``tma_config``) on Hopper for
     the problems it takes, else the gather path's (``gather_config``)."""
-    half = p.dtype != torch.float32
-    if p.pass_ == "wgrad":
-        rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
-        cols_per_tap = p.batch if _gathers_input(p) else p.o_per_group  # C/g, or O/g
-        block_m = _pow2_at_least(rows_of_dw, 16, 128)
-        tapwise = cols_per_tap >= 64  # full column tiles within a tap
-        block_n = min(128, _pow2_at_least(cols_per_tap, 16, 128)) if tapwise else 128
-        if not half:
-            block_n = min(block_n, 64)
-        warps = 8 if block_m * block_n >= 128 * 64 else 4
-        return Config(block_m, block_n, 64 if half else 32, warps, 3 if warps == 8 else 4, tapwise=tapwise)
     if p.device == "cuda" and tma_reason(p) is None:  # Hopper, stride 1: TMA boxes
-        return tma_config(p)
+        return tma_wgrad_config(p) if p.pass_ == "wgrad" else tma_config(p)
+    if p.pass_ == "wgrad":
+        return gather_wgrad_config(p)
     return gather_config(p)
+
+
+def gather_wgrad_config(p) -> Config:
+    """The gather weight-gradient kernel's tiles: the dw rows and columns the problem fills."""
+    half = p.dtype != torch.float32
+    rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
+    cols_per_tap = p.batch if _gathers_input(p) else p.o_per_group  # C/g, or O/g
+    block_m = _pow2_at_least(rows_of_dw, 16, 128)
+    tapwise = cols_per_tap >= 64  # full column tiles within a tap
+    block_n = min(128, _pow2_at_least(cols_per_tap, 16, 128)) if tapwise else 128
+    if not half:
+        block_n = min(block_n, 64)
+    warps = 8 if block_m * block_n >= 128 * 64 else 4
+    return Config(block_m, block_n, 64 if half else 32, warps, 3 if warps == 8 else 4, tapwise=tapwise)
 
 
 def gather_config(p) -> Config:
@@ -124,6 +134,8 @@ def configs(p) -> list[Config]:
     base = default_config(p)
     out = [base]
     if p.pass_ == "wgrad":
+        if base.tma:
+            out += [c for c in tma_wgrad_configs(p) if c not in out]
         rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch
         for bm, bn, bk, warps, stages in _TILES:
             for tapwise in (True, False):
@@ -156,7 +168,9 @@ def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
     if p.pass_ == "wgrad":
-        return _run_wgrad(p, x, w, out, config)
+        if config.tma and _run_tma_wgrad(p, x, w, out, config):
+            return
+        return _run_wgrad(p, x, w, out, gather_wgrad_config(p) if config.tma else config)
     if config.tma:  # the Hopper path, when these tensors allow it; else the gather below
         if _run_tma(p, x, w, out, config):
             return
@@ -330,15 +344,25 @@ MIN_BLOCK_K = 16
 
 def tma_reason(p) -> str | None:
     """None when problem ``p`` can take the TMA path (given aligned tensors), else why not."""
-    if p.pass_ == "wgrad":
-        return "the weight gradient has its own kernel"
-    if any(s != 1 for s in p.stride) or any(d != 1 for d in p.input_dilation):
-        return "TMA boxes need stride 1 and no input dilation"
+    # a weight-gradient problem's kernel dilation is its forward's stride (problem.py)
+    stride = p.kernel_dilation if p.pass_ == "wgrad" else p.stride
+    if any(s != 1 for s in stride):
+        return "TMA boxes need stride 1"
+    if p.pass_ == "wgrad" and any(d != 1 for d in p.input_dilation):
+        return "the TMA weight gradient needs no input dilation"
     if p.device == "cuda" and torch.cuda.get_device_capability() < (9, 0):
         return "TMA needs compute capability 9.0+"
     if p.dtype == torch.float32 and not p.allow_tf32:
         return "exact float32 has no tensor-core path to feed"
     esize = torch.empty((), dtype=p.dtype).element_size()
+    if p.pass_ == "wgrad":
+        if p.dtype == torch.float32:
+            return ("the weight gradient's boxes are position-major, and TF32 wgmma takes only "
+                    "K-major operands (16-bit types only)")
+        for name, n in zip(("C/groups", "O/groups"), group_channels(p)):
+            if (n * esize) % 16:
+                return f"TMA needs 16-byte channel rows: {name} = {n} is not a multiple of {16 // esize}"
+        return None
     if (p.c_per_group * esize) % 16:
         return f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} is not a multiple of {16 // esize}"
     if p.groups > 1 and p.c_per_group % MIN_BLOCK_K:
@@ -377,6 +401,9 @@ def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int =
     return max((box[::-1] for f, box in boxes if f >= best - 0.03))[::-1]  # widest rows within 3%
 
 
+_SM_COUNT_H200 = 132  # the GPU the tiles were measured on
+
+
 def tma_config(p) -> Config:
     """The TMA path's tiles. The product is computed as [output channels, positions], so
     block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
@@ -385,9 +412,11 @@ def tma_config(p) -> Config:
     main loop (Triton 3.6 does not warp-specialise this loop on Hopper). Measured on the H200
     (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
     (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
-    divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64)."""
+    divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
+    give every SM one (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us)."""
     half = p.dtype != torch.float32
     M, _, K = p.gemm_mnk
+    K //= math.prod(p.input_dilation)  # a phase's reduction: about one tap in idil per axis
     Og, Cg = p.o_per_group, p.c_per_group
     esize = 2 if half else 4
     block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
@@ -398,7 +427,7 @@ def tma_config(p) -> Config:
         block_k = next(bk for bk in (widest, widest // 2, widest // 4)
                        if bk == MIN_BLOCK_K or -(-Cg // bk) * bk <= 1.25 * Cg)
     block_m = 128
-    if half and Og > 64 and Og % 128:
+    if half and Og > 64 and (Og % 128 or M * Og < _SM_COUNT_H200 * 128 * 128):
         block_m, block_n = 256, 64
     elif half and block_n == 128 and K >= 2048 and M >= 65536:
         block_m = 256
@@ -420,7 +449,7 @@ def tma_configs(p) -> list[Config]:
         c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
         if bn <= max(64, 2 * p.o_per_group) and c not in out:
             out.append(c)
-    return out
+    return out + [replace(c, tma_store=True) for c in out[:3]]
 
 
 def _mergeable(t: torch.Tensor, first: int, last: int) -> bool:
@@ -438,6 +467,17 @@ def _desc_strides(shape, strides):
     return out
 
 
+def _descriptor(t: torch.Tensor, shape, strides, box):
+    """A TMA descriptor of ``t`` as ``shape`` with ``strides`` (elements) and ``box``, or None
+    where TMA cannot take it (its base or a stride not a multiple of 16 bytes)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    strides = _desc_strides(shape, strides)
+    if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in strides[:-1]):
+        return None
+    return TensorDescriptor(t, list(shape), strides, list(box))
+
+
 def _run_tma(p, x, w, out, config: Config) -> bool:
     """The TMA kernel on x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og]; False
     (nothing launched) when these tensors do not meet TMA's rules."""
@@ -453,9 +493,8 @@ def _run_tma(p, x, w, out, config: Config) -> bool:
 
 def _tma_launch(p, x, w, out, config: Config):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
-    copy of w), or None when these tensors do not meet TMA's rules."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+    copy of w), or None when these tensors do not meet TMA's rules (or some outputs see no
+    tap: the gather path zeroes those)."""
     if tma_reason(p) is not None:
         return None
     D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
@@ -469,33 +508,140 @@ def _tma_launch(p, x, w, out, config: Config):
         w = w.contiguous()  # the input gradient's weight view (O and C swapped): a small copy
     N = p.batch
     S, SO = pad3(p.in_spatial, 1), pad3(p.out_spatial, 1)
-    K, KD, LO = pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.padding_lo, 0)
+    K, KD, ID, LO = pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.input_dilation, 1), pad3(p.padding_lo, 0)
     x_shape = [N, *S, G * Cg]
     x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
     y_strides = [out.stride(0), *spatial_strides(out, 1, D)]
-    pointwise = all(k == 1 for k in K) and not any(p.padding_lo) and not any(p.padding_hi)
+    pointwise = all(k == 1 for k in K) and not any(p.padding_lo) and not any(p.padding_hi) and ID == (1, 1, 1)
     if pointwise and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
         rows = N * math.prod(S)
         x_shape, x_strides = [1, 1, 1, rows, G * Cg], [0, 0, 0, x.stride(D), 1]
         y_strides = [0, 0, 0, out.stride(D)]
         N, S, SO = 1, (1, 1, rows), (1, 1, rows)
-    bb, b1, b2, b3 = _tma_box(SO, N, config.block_m, config.box_h, config.box_w)
+    # at stride 1 the output phase period is the input dilation (one phase without it)
+    table, _, empty = _phases(tuple(zip(SO, K, (1, 1, 1), KD, ID, LO)), p.device if x.device.type == "meta"
+                              else str(x.device))
+    if empty:
+        return None
+    Q = tuple(cdiv(so, i) for so, i in zip(SO, ID))  # the most rows of a phase, per axis
+    bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, config.box_h, config.box_w)
     if max(bb, b1, b2, b3) > TMA_BOX_MAX:
         return None
     w_shape = [*K, G * Og, Cg]
     w_strides = [*spatial_strides(w, 2, D), w.stride(1), 1]
-    x_strides, w_strides = _desc_strides(x_shape, x_strides), _desc_strides(w_shape, w_strides)
-    for t, strides in ((x, x_strides), (w, w_strides)):
-        if t.data_ptr() % 16 or any((s * esize) % 16 for s in strides[:-1]):
-            return None
-    x_desc = TensorDescriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
-    w_desc = TensorDescriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
-    m_tiles = cdiv(N, bb) * cdiv(SO[0], b1) * cdiv(SO[1], b2) * cdiv(SO[2], b3)
-    grid = (m_tiles * cdiv(Og, bn), G)
-    args = (x_desc, w_desc, out, N, Cg, Og, *SO, *K, *KD, *LO, *y_strides, out.stride(-2), out.stride(-1))
+    x_desc = _descriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
+    w_desc = _descriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
+    if x_desc is None or w_desc is None:
+        return None
+    y_desc = None  # one phase: the output box in one TMA store, where no box crosses into another group
+    if (config.tma_store and ID == (1, 1, 1) and out.stride(-1) == 1
+            and (G == 1 or out.stride(-2) == Og and Og % bn == 0)):
+        y_desc = _descriptor(out, [N, *SO, G * Og], [*y_strides, 1], [bb, b1, b2, b3, bn])
+    m_tiles = cdiv(N, bb) * cdiv(Q[0], b1) * cdiv(Q[1], b2) * cdiv(Q[2], b3)
+    nphase = table.shape[0]
+    grid = (m_tiles * cdiv(Og, bn), G * nphase)
+    PT = tuple(math.lcm(kd, i) // kd for kd, i in zip(KD, ID))  # tap period within a phase
+    US = tuple(math.lcm(kd, i) // i for kd, i in zip(KD, ID))  # input step per phase tap
+    args = (x_desc, w_desc, y_desc or out, table, N, Cg, Og, nphase, *Q, *K, *ID, *PT, *US,
+            *y_strides, out.stride(-2), out.stride(-1))
     meta = dict(
-        FLIP=p.flip, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
+        FLIP=p.flip, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return grid, args, meta
+
+
+# ------------------------------------------------------------- the TMA weight gradient
+
+def tma_wgrad_config(p) -> Config:
+    """The TMA weight-gradient kernel's tiles: block_m x block_n of dw (output x input channels
+    of one tap; wgmma's M and N), block_k output positions per reduction step (one box)."""
+    Cg, Og = group_channels(p)
+    block_o = 128 if Og >= 128 else 64
+    block_c = _pow2_at_least(Cg, 16, 128)
+    warps = 8 if block_o * block_c >= 128 * 128 else 4
+    return Config(block_o, block_c, 64, warps, 4, tma=True)
+
+
+# TMA weight-gradient tiles worth trying (block_o, block_c, positions, warps, stages)
+_TMA_WGRAD_TILES = ((128, 128, 64, 8, 4), (64, 64, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                    (128, 128, 32, 8, 5), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (64, 64, 128, 4, 4))
+
+
+def tma_wgrad_configs(p) -> list[Config]:
+    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first), pruned by the channels."""
+    Cg, Og = group_channels(p)
+    out = [tma_wgrad_config(p)]
+    for bo, bc, bk, warps, stages in _TMA_WGRAD_TILES:
+        c = Config(bo, bc, bk, warps, stages, tma=True)
+        if bo <= max(64, 2 * Og) and bc <= max(16, 2 * Cg) and c not in out:
+            out.append(c)
+    return out
+
+
+def _exact_box(out_spatial, positions: int):
+    """A box (batch, axis 1, axis 2, axis 3) of ``positions`` output positions whose spatial
+    sides divide the output's (the largest powers of two that do, last axis first; the batch
+    takes the rest), so that a tiling by it covers no position past an axis's end."""
+    box, left = [], positions
+    for n in reversed(out_spatial):
+        side = min(left, n & -n)  # the largest power of two dividing n, at most what is left
+        box.append(side)
+        left //= side
+    return (left, *box[::-1])
+
+
+def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config) -> bool:
+    """The TMA weight-gradient kernel on the wgrad problem's views; False (nothing launched)
+    where the tensors do not meet TMA's rules or no exact box wastes less than half a tile."""
+    from .implicit_gemm_kernels import conv_wgrad_tma_kernel
+
+    if tma_reason(p) is not None:
+        return False
+    x, dy, dw, (_, kdil, _, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
+    D, G, N = p.ndim, p.groups, x.shape[0]
+    Cg, Og = group_channels(p)
+    bo, bc, bk = config.block_m, config.block_n, config.block_k
+    if x.stride(-1) != 1 or dy.stride(-1) != 1 or (G > 1 and (x.stride(-2) != Cg or dy.stride(-2) != Og)):
+        return False
+    S, SO = pad3(x.shape[1:1 + D], 1), pad3(out_spatial, 1)
+    K, KD, LO = pad3(kernel, 1), pad3(kdil, 1), pad3(lo, 0)
+    x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
+    dy_strides = [dy.stride(0), *spatial_strides(dy, 1, D), 1]
+    if all(k == 1 for k in K) and not any(LO) and SO == S and _mergeable(x, 0, D) and _mergeable(dy, 0, D):
+        rows = N * math.prod(S)  # pointwise: one GEMM over N*S rows, x's rows are dy's
+        N, S, SO = 1, (1, 1, rows), (1, 1, rows)
+        x_strides, dy_strides = [0, 0, 0, x.stride(D), 1], [0, 0, 0, dy.stride(D), 1]
+        box = (1, 1, 1, bk)
+    else:
+        box = _exact_box(SO, bk)
+        if box[0] > 1 and N / (cdiv(N, box[0]) * box[0]) < 0.5:
+            return False
+    if max(box) > TMA_BOX_MAX or max(bo, bc) > TMA_BOX_MAX:
+        return False
+    dy_desc = _descriptor(dy, [N, *SO, G * Og], dy_strides, [*box, bo])
+    x_desc = _descriptor(x, [N, *S, G * Cg], x_strides, [*box, bc])
+    if dy_desc is None or x_desc is None:
+        return False
+    bb, b1, b2, b3 = box
+    steps = cdiv(N, bb) * cdiv(SO[0], b1) * cdiv(SO[1], b2) * cdiv(SO[2], b3)
+    tiles = math.prod(K) * cdiv(Og, bo) * cdiv(Cg, bc) * G
+    split = config.split_k or max(1, min(cdiv(2 * sm_count(x.device), tiles), steps // 8))
+    per_split = cdiv(steps, split)
+    split = cdiv(steps, per_split)
+    # dw [G, Og, *K, Cg] directly, or partial sums per split summed in a fixed order (deterministic)
+    target = dw if split == 1 else torch.empty((split, *dw.shape), device=x.device, dtype=torch.float32)
+    st = (0, *target.stride()) if split == 1 else target.stride()
+    conv_wgrad_tma_kernel[(tiles // G, G * split)](
+        dy_desc, x_desc, target,
+        N, Cg, Og, split, per_split,
+        *SO, *K, *KD, *LO,
+        st[0], st[1], st[2], *spatial_strides(target, 3 if split > 1 else 2, D), st[-1],
+        PRECISION=_precision(p), UPCAST=INTERPRET,
+        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if split > 1:
+        dw.copy_(target.sum(0))
+    return True

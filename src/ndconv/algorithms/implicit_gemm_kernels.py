@@ -228,38 +228,50 @@ def conv_wgrad_kernel(
 
 @triton.jit
 def conv_fwd_tma_kernel(
-    x_desc, w_desc, y_ptr,
-    N, CG, OG,
-    SO1, SO2, SO3, K1, K2, K3, KD1, KD2, KD3, LO1, LO2, LO3,
+    x_desc, w_desc, y, phase_ptr,
+    N, CG, OG, NPHASE,
+    Q1, Q2, Q3, K1, K2, K3, PJ1, PJ2, PJ3, PT1, PT2, PT3, US1, US2, US3,
     syn, sy1, sy2, sy3, syg, syo,
-    FLIP: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    FLIP: tl.constexpr, Y_TMA: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """y[n, j, g, o] = sum_{t, c} x[n, j + t*kd - lo, g, c] * w[g, o, t, c] at stride 1 without
-    input dilation, every operand tile a TMA box: the output tile is a box of BB x B1 x B2 x B3
-    positions of x [N, S1, S2, S3, C] (descriptor ``x_desc``, box [BB, B1, B2, B3, BLOCK_K]),
-    shifted per tap; the hardware fills what falls outside the input with zeros, which is the
-    padding (and cropping is a shift), so there are no masks and no address arithmetic per
-    element. ``w_desc`` is the weight as [K1, K2, K3, G*OG, CG] (box [1, 1, 1, BLOCK_N,
-    BLOCK_K]). The product is computed transposed, acc[o, m] = w[o, :] . x[m, :], so that the
-    box (reshaped to [BB*B1*B2*B3, BLOCK_K], a free view of shared memory) is wgmma's B operand,
-    which Triton takes from shared memory through reshapes, where it would load an A operand
-    into registers."""
+    """y[n, j, g, o] = sum_{t, c} x[n, (j + t*kd - lo) / idil, g, c] * w[g, o, t, c] at stride 1,
+    every operand tile a TMA box. Per output phase (``phase_ptr`` as in conv_fwd_kernel: at
+    stride 1 a phase's rows q read input base + q + u*US through taps t0 + PT*u, so a tile of
+    rows is a box of the input shifted per tap; without input dilation there is one phase,
+    base = -lo, US = kd), the output tile is a box of BB x B1 x B2 x B3 rows of x [N, S1, S2,
+    S3, C] (descriptor ``x_desc``, box [BB, B1, B2, B3, BLOCK_K]); the hardware fills what falls
+    outside the input with zeros, which is the padding (and cropping is a shift), so there are
+    no masks and no address arithmetic per element. ``w_desc`` is the weight as [K1, K2, K3,
+    G*OG, CG] (box [1, 1, 1, BLOCK_N, BLOCK_K]). The product is computed transposed,
+    acc[o, m] = w[o, :] . x[m, :], so that the box (reshaped to [BB*B1*B2*B3, BLOCK_K], a free
+    view of shared memory) is wgmma's B operand, which Triton takes from shared memory through
+    reshapes, where it would load an A operand into registers. Q1..Q3: the most rows any phase
+    has per axis. Y_TMA (one phase of all the outputs): ``y`` is a descriptor of the output
+    [N, SO1, SO2, SO3, G*OG] and the tile leaves in one TMA store (clipped at the output's
+    edges by the hardware); else ``y`` is a pointer and rows j = r + PJ*q are stored with masks."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     n_tiles = tl.cdiv(OG, BLOCK_N)
     pid_m = tl.program_id(0) // n_tiles  # output-channel tiles fastest: they share the x boxes in L2
     pid_n = tl.program_id(0) % n_tiles
-    g = tl.program_id(1)
-    T3 = tl.cdiv(SO3, B3)
-    T2 = tl.cdiv(SO2, B2)
-    T1 = tl.cdiv(SO1, B1)
-    j3 = pid_m % T3 * B3  # the box's first output position, per axis
-    j2 = pid_m // T3 % T2 * B2
-    j1 = pid_m // (T3 * T2) % T1 * B1
+    pid_z = tl.program_id(1)
+    g = pid_z // NPHASE
+    phase = phase_ptr + (pid_z % NPHASE) * 15
+    r1, C1, A1, T01, NT1 = tl.load(phase), tl.load(phase + 1), tl.load(phase + 2), tl.load(phase + 3), tl.load(phase + 4)
+    r2, C2, A2, T02, NT2 = tl.load(phase + 5), tl.load(phase + 6), tl.load(phase + 7), tl.load(phase + 8), tl.load(phase + 9)
+    r3, C3, A3, T03, NT3 = tl.load(phase + 10), tl.load(phase + 11), tl.load(phase + 12), tl.load(phase + 13), tl.load(phase + 14)
+    T3 = tl.cdiv(Q3, B3)
+    T2 = tl.cdiv(Q2, B2)
+    T1 = tl.cdiv(Q1, B1)
+    q3 = pid_m % T3 * B3  # the box's first row, per axis
+    q2 = pid_m // T3 % T2 * B2
+    q1 = pid_m // (T3 * T2) % T1 * B1
     b0 = pid_m // (T3 * T2 * T1) * BB
     o0 = g * OG + pid_n * BLOCK_N
     c_base = g * CG
+    live = (q1 < C1) & (q2 < C2) & (q3 < C3)  # this phase may have fewer rows than Q
 
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     # the tap (u1, u2, u3) and channel block c0 advance as counters: one flat loop to pipeline
@@ -267,30 +279,95 @@ def conv_fwd_tma_kernel(
     u2 = u1
     u3 = u1
     c0 = u1
-    for kk in range(K1 * K2 * K3 * tl.cdiv(CG, BLOCK_K)):
-        a = x_desc.load([b0, j1 + u1 * KD1 - LO1, j2 + u2 * KD2 - LO2, j3 + u3 * KD3 - LO3, c_base + c0])
+    for kk in range(tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K)):
+        a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
         a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
-        if FLIP:
-            b = w_desc.load([K1 - 1 - u1, K2 - 1 - u2, K3 - 1 - u3, o0, c0])
-        else:
-            b = w_desc.load([u1, u2, u3, o0, c0])
-        b = b.reshape(BLOCK_N, BLOCK_K)  # [BLOCK_N, BLOCK_K]
+        t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
+        t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
+        t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
+        b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
         acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
         c0, u3 = _carry(c0 + BLOCK_K, u3, CG)
-        u3, u2 = _carry(u3, u2, K3)
-        u2, u1 = _carry(u2, u1, K2)
+        u3, u2 = _carry(u3, u2, NT3)
+        u2, u1 = _carry(u2, u1, NT2)
 
-    offs_m = tl.arange(0, BLOCK_M)
-    i3 = j3 + offs_m % B3
-    i2 = j2 + offs_m // B3 % B2
-    i1 = j1 + offs_m // (B3 * B2) % B1
-    n = b0 + offs_m // (B3 * B2 * B1)
-    mask_m = (n < N) & (i1 < SO1) & (i2 < SO2) & (i3 < SO3)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < OG
-    if INT64:
-        n = n.to(tl.int64)
-        g = g.to(tl.int64)
-    y_rows = y_ptr + n * syn + i1 * sy1 + i2 * sy2 + i3 * sy3 + g * syg  # [BLOCK_M] pointers
-    tl.store(y_rows[:, None] + (offs_n * syo)[None, :], tl.trans(acc).to(y_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & mask_n[None, :])
+    if Y_TMA:
+        y.store([b0, q1, q2, q3, o0], tl.trans(acc).to(y.dtype).reshape(BB, B1, B2, B3, BLOCK_N))
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        i3 = q3 + offs_m % B3
+        i2 = q2 + offs_m // B3 % B2
+        i1 = q1 + offs_m // (B3 * B2) % B1
+        n = b0 + offs_m // (B3 * B2 * B1)
+        mask_m = (n < N) & (i1 < C1) & (i2 < C2) & (i3 < C3)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < OG
+        if INT64:
+            n = n.to(tl.int64)
+            g = g.to(tl.int64)
+        y_rows = y + n * syn + (r1 + PJ1 * i1) * sy1 + (r2 + PJ2 * i2) * sy2 + (r3 + PJ3 * i3) * sy3 + g * syg
+        tl.store(y_rows[:, None] + (offs_n * syo)[None, :], tl.trans(acc).to(y.dtype.element_ty),
+                 mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def conv_wgrad_tma_kernel(
+    dy_desc, x_desc, out_ptr,
+    N, CG, OG, SPLIT, STEPS_PER_SPLIT,
+    SO1, SO2, SO3, K1, K2, K3, KD1, KD2, KD3, LO1, LO2, LO3,
+    sos, sog, soo, so1, so2, so3, soc,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """out[split, g, o, t, c] = sum over this split's boxes of output positions j of
+    dy[n, j, g, o] * x[n, j + t*kd - lo, g, c]: the weight gradient at stride 1 without input
+    dilation, one tap per program, both operands TMA boxes (``dy_desc`` [N, SO1, SO2, SO3, G*OG]
+    with box [BB, B1, B2, B3, BLOCK_O], ``x_desc`` [N, S1, S2, S3, G*CG] with box [BB, B1, B2,
+    B3, BLOCK_C]); x's box is dy's shifted by the tap, zero-filled outside the input (the
+    padding). The boxes tile the output positions exactly (the launcher picks B1..B3 dividing
+    SO1..SO3), so no product pairs a zero-filled dy row with an x element the convolution never
+    reads; channels past a group's end belong to the next group and only reach columns that are
+    not stored."""
+    BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
+    c_tiles = tl.cdiv(CG, BLOCK_C)
+    o_tiles = tl.cdiv(OG, BLOCK_O)
+    pid = tl.program_id(0)  # (tap, o tile, c tile), c fastest: the programs sharing dy run together
+    pid_c = pid % c_tiles
+    pid_o = pid // c_tiles % o_tiles
+    tap = pid // (c_tiles * o_tiles)
+    t3 = tap % K3
+    t2 = tap // K3 % K2
+    t1 = tap // (K3 * K2)
+    g = tl.program_id(1) // SPLIT
+    split = tl.program_id(1) % SPLIT
+    T3 = tl.cdiv(SO3, B3)
+    T2 = tl.cdiv(SO2, B2)
+    T1 = tl.cdiv(SO1, B1)
+    first = split * STEPS_PER_SPLIT
+    steps = tl.minimum(tl.cdiv(N, BB) * T1 * T2 * T3 - first, STEPS_PER_SPLIT)
+    o0 = g * OG + pid_o * BLOCK_O
+    c0 = g * CG + pid_c * BLOCK_C
+    s1 = t1 * KD1 - LO1  # the tap's shift of the x box against the dy box
+    s2 = t2 * KD2 - LO2
+    s3 = t3 * KD3 - LO3
+
+    # the box (b, q1, q2, q3), counted in boxes, advances as counters from the split's first
+    q3 = first % T3
+    q2 = first // T3 % T2
+    q1 = first // (T3 * T2) % T1
+    b = first // (T3 * T2 * T1)
+    acc = tl.zeros((BLOCK_O, BLOCK_C), dtype=tl.float32)
+    for _ in range(steps):
+        d = dy_desc.load([b * BB, q1 * B1, q2 * B2, q3 * B3, o0]).reshape(BLOCK_M, BLOCK_O)
+        a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3, c0]).reshape(BLOCK_M, BLOCK_C)
+        acc = dot(tl.trans(d), a, acc, PRECISION, UPCAST)
+        q3, q2 = _carry(q3 + 1, q2, T3)
+        q2, q1 = _carry(q2, q1, T2)
+        q1, b = _carry(q1, b, T1)
+
+    offs_o = pid_o * BLOCK_O + tl.arange(0, BLOCK_O)
+    offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    out = out_ptr + split * sos + g * sog + t1 * so1 + t2 * so2 + t3 * so3
+    tl.store(out + (offs_o * soo)[:, None] + (offs_c * soc)[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=(offs_o < OG)[:, None] & (offs_c < CG)[None, :])
