@@ -104,17 +104,19 @@ def main():
     print(f"{'ndconv.conv_general fp32, w needs grad':52} {lo:7.1f} us/call (median {med:.1f})")
     if args.device == "cuda":
         graph_check(args.device)
-    if args.profile:  # the planner's path on the first row's problem
+    if args.profile:  # the planner's path, then each Triton algorithm's, on the first row's problem
         dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
         x, w = x.to(dtype), w.detach().to(dtype)
-        with torch.no_grad():
-            ndconv.conv_general(x, w, 1, 1)
-            profile = cProfile.Profile()
-            profile.enable()
-            for _ in range(2000):
-                ndconv.conv_general(x, w, 1, 1)
-            profile.disable()
-        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+        for name in (None, "implicit_gemm", "native") if args.device == "cuda" else (None,):
+            with torch.no_grad():
+                ndconv.conv_general(x, w, 1, 1, algorithm=name)
+                profile = cProfile.Profile()
+                profile.enable()
+                for _ in range(2000):
+                    ndconv.conv_general(x, w, 1, 1, algorithm=name)
+                profile.disable()
+            print(f"profile of 2000 calls, algorithm={name or 'the planner' + chr(39) + 's choice'}")
+            pstats.Stats(profile).sort_stats("tottime").print_stats(14)
 
 
 if __name__ == "__main__":
