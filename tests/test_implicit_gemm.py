@@ -82,7 +82,7 @@ def test_gpu_defaults():
     cases = {c.name: c for c in load_suite("public")}
     expected = {  # cudnn's graphs are never the heuristic's choice (their host cost)
         ("r50_3x3_56", "fwd"): "native", ("r50_3x3_56", "dgrad"): "implicit_gemm",
-        ("r50_3x3_56", "wgrad"): "native", ("conv1d_k3_80", "fwd"): "implicit_gemm",
+        ("r50_3x3_56", "wgrad"): "native", ("conv1d_k3_80", "fwd"): "native", ("conv1d_k3s2_768", "fwd"): "native",
         ("conv3d_causal_vae", "fwd"): "implicit_gemm", ("r50_stem_7x7s2", "fwd"): "implicit_gemm",
         ("dw7x7_56", "fwd"): "depthwise", ("dw3x3_56", "fwd"): "native",
         ("causal_dw1d_k4", "wgrad"): "depthwise", ("grouped3x3_g32", "fwd"): "native",
@@ -251,6 +251,59 @@ def test_tma_path_input_gradient_of_strided_convolutions(x_shape, w_shape, args,
     _check_tma(p, TMA_CONFIGS[1], monkeypatch)
 
 
+TMA_FOLD_CASES = [  # strided problems, folded into stride-1 ones over a free view of the input
+    pytest.param((2, 12, 16), (8, 3, 16), dict(stride=2, padding=1), id="1d_k3s2"),
+    pytest.param((2, 15, 8), (8, 4, 8), dict(stride=3, padding=([2], [1])), id="1d_k4s3_asym"),
+    pytest.param((1, 14, 8), (8, 3, 8), dict(stride=2, padding=([-1], [0]), flip=True), id="1d_crop_flip"),
+    pytest.param((2, 8, 8, 16), (16, 1, 1, 16), dict(stride=2), id="1x1s2_steps"),
+    pytest.param((2, 9, 9, 16), (16, 1, 1, 16), dict(stride=2, padding=([-1, 0], [0, 0])), id="1x1s2_cropped"),
+    pytest.param((2, 6, 8, 16), (8, 3, 3, 16), dict(stride=(1, 2), padding=1), id="stride_1x2"),
+    pytest.param((1, 3, 4, 8, 8), (8, 3, 3, 3, 8), dict(stride=(1, 1, 2), padding=1), id="3d_last_axis_strided"),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", TMA_FOLD_CASES)
+def test_tma_path_folds_strided_problems(x_shape, w_shape, args, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+    assert implicit_gemm.tma_reason(p) is None, implicit_gemm.tma_reason(p)
+    launched = []
+    real = implicit_gemm._run_folded
+    monkeypatch.setattr(implicit_gemm, "_run_folded", lambda *a: launched.append(real(*a)) or launched[-1])
+    for config in TMA_CONFIGS:
+        report = testing.check("implicit_gemm", p, seed=4, config=config)
+        assert launched[-1] is True, f"the folded TMA path did not run {p} with {config}"
+        assert report.ok, f"{config} on {p}: {report}"
+
+
+def test_tma_path_folds_the_input_gradient_of_a_transposed_convolution(monkeypatch):
+    p = _problem_for_tma((2, 6, 16), (16, 4, 16), dict(input_dilation=2, padding=2, flip=True),
+                         torch.float16, "dgrad")
+    assert p.stride == (2,) and implicit_gemm.tma_reason(p) is None
+    launched = []
+    real = implicit_gemm._run_folded
+    monkeypatch.setattr(implicit_gemm, "_run_folded", lambda *a: launched.append(real(*a)) or launched[-1])
+    report = testing.check("implicit_gemm", p, seed=6, config=TMA_CONFIGS[0])
+    assert launched == [True] and report.ok, report
+
+
+def test_fold_refusals():
+    """What does not fold takes the gather kernel (tma_reason says why)."""
+    from ndconv.api import make_problem
+
+    def reason(x, w, **args):
+        return implicit_gemm.fold_reason(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
+
+    assert "groups" in reason((1, 8, 8, 32), (32, 3, 3, 16), stride=2, groups=2)
+    assert "only the last axis" in reason((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # stem
+    assert "divisible" in reason((1, 9, 16), (16, 3, 16), stride=2)
+    assert "16-byte" in reason((1, 8, 3), (16, 3, 3), stride=2)
+    assert "padding" in reason((1, 8, 8, 16), (16, 1, 1, 16), stride=2, padding=1)
+    fold = implicit_gemm._fold(make_problem((16, 3000, 768), (768, 3, 768), dtype=torch.bfloat16,
+                                            device="cpu", stride=2, padding=1))
+    assert fold.q.x_shape == (16, 1500, 1536) and fold.q.w_shape == (768, 2, 1536)  # conv1d_k3s2_768
+    assert fold.q.padding_lo == (1,) and fold.axes == (("fold", 2, 1, 2),)
+
+
 def test_tma_path_falls_back_on_unaligned_tensors(monkeypatch):
     """An input whose base is not 16-byte aligned takes the gather path, with the same tiles."""
     p = _problem_for_tma((2, 5, 7, 16), (8, 3, 3, 16), dict(padding=1), torch.float16)
@@ -272,7 +325,9 @@ def test_tma_reasons():
         return implicit_gemm.tma_reason(make_problem(x, w, dtype=dtype, device="cpu", **args))
 
     assert reason((1, 8, 8, 16), (8, 3, 3, 16), padding=1) is None
-    assert "stride 1" in reason((1, 8, 8, 16), (8, 3, 3, 16), stride=2)
+    assert "only the last axis" in reason((1, 8, 8, 16), (8, 3, 3, 16), stride=2)
+    assert reason((1, 8, 16), (8, 3, 16), stride=2) is None  # folded into 32 channels (_fold)
+    assert "groups" in reason((1, 8, 8, 32), (32, 3, 3, 16), stride=2, groups=2)
     assert reason((1, 8, 8, 16), (8, 3, 3, 16), input_dilation=2) is None  # per output phase
     assert "16-byte" in reason((1, 8, 8, 12), (8, 3, 3, 12))
     assert "float32" in reason((1, 8, 8, 16), (8, 3, 3, 16), dtype=torch.float32)  # exact fp32

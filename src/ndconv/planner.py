@@ -228,19 +228,18 @@ def _measured_first(p: ConvProblem) -> str | None:
     None. PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it
     on the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
     conv1d: depthwise 126 us against 1.47 ms); 2-D depthwise kernels of 3x3 and less (dw3x3_56
-    56 us either way); small groups (1.0-1.1x); and the dense problems the TMA kernel does not
-    take (strided ones), or takes but loses on: forwards with symmetric padding on 2 or 3 axes
-    (r50, vae, conv3d: within 0-13%). The TMA kernel keeps input gradients, 1-D forwards,
-    asymmetric padding and input-dilated forwards (transposed convolutions, over output phases:
-    convT_3x3s2 38.9 against 45.1 us, convT_4x4s2 126.7 against 131.1), the gather kernel
-    strided ones with asymmetric padding or one axis (same_pad_s2 37 against 84 us,
-    conv1d_k3s2_768 248 against 614) and small-channel stems (295 against 454 us). cuDNN's frontend graphs (the cudnn
-    algorithm) are never chosen here, though they measured fastest on several dense problems
-    (by 1-10% of GPU time): issuing one costs about 250 us of host time (the frontend's Python
-    per execution), against 50-110 us for the others, so a model of such layers would wait on
-    the host. Autotuning weighs that too (tuning.tune). For the same reason, problems so small
-    that the GPU finishes them faster than PyTorch's call is issued (``_host_bound``) keep the
-    TMA kernel, whose bound launch costs half the host time."""
+    56 us either way); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
+    conv3d, and 1-D ones through a 2-D convolution: within 0-30%); and strided problems the TMA
+    kernel does not take. The TMA kernel keeps input gradients, asymmetric padding and
+    input-dilated forwards (transposed convolutions, over output phases: convT_3x3s2 38.9
+    against 45.1 us, convT_4x4s2 126.7 against 131.1), the gather kernel strided ones with
+    asymmetric padding (same_pad_s2 38 against 84 us) and small-channel stems (295 against 454).
+    cuDNN's frontend graphs (the cudnn algorithm) are never chosen here, though they measured
+    fastest on several dense problems (by 1-10% of GPU time): issuing one costs about 250 us of
+    host time (the frontend's Python per execution), against 20-110 us for the others, so a
+    model of such layers would wait on the host. Autotuning weighs that too (tuning.tune). For
+    the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
+    issued (``_host_bound``) keep the TMA kernel, whose bound launch costs half the host time."""
     from .algorithms import depthwise, grouped, implicit_gemm
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
@@ -252,10 +251,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     if grouped.supports(p)[0]:
         return "native"
     asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
-    if strided and (asymmetric or p.ndim == 1):  # PyTorch pads a copy, or has no fast 1-D kernel
+    if strided and asymmetric:  # PyTorch pads a copy first
         return None
     if implicit_gemm.tma_reason(p) is None:
-        native = (p.pass_ == "fwd" and p.ndim >= 2 and not asymmetric and not _host_bound(p)
+        native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p)
                   and not any(d > 1 for d in p.input_dilation))
         return "native" if native else None
     return None if implicit_gemm.default_config(p).packed else "native"

@@ -172,9 +172,10 @@ def run(p, x, w, out, config: Config | None = None):
             return
         return _run_wgrad(p, x, w, out, gather_wgrad_config(p) if config.tma else config)
     if config.tma:  # the Hopper path, when these tensors allow it; else the gather below
-        if _run_tma(p, x, w, out, config):
+        strided = any(s > 1 for s in p.stride)
+        if (_run_folded if strided else _run_tma)(p, x, w, out, config):
             return
-        config = replace(config, tma=False)
+        config = gather_config(p) if strided else replace(config, tma=False)
     from .implicit_gemm_kernels import conv_fwd_kernel
 
     launch, empty = _forward_launch(p, x, w, out, config)
@@ -346,6 +347,8 @@ def tma_reason(p) -> str | None:
     """None when problem ``p`` can take the TMA path (given aligned tensors), else why not."""
     # a weight-gradient problem's kernel dilation is its forward's stride (problem.py)
     stride = p.kernel_dilation if p.pass_ == "wgrad" else p.stride
+    if p.pass_ != "wgrad" and any(s != 1 for s in stride):
+        return fold_reason(p)
     if any(s != 1 for s in stride):
         return "TMA boxes need stride 1"
     if p.pass_ == "wgrad" and any(d != 1 for d in p.input_dilation):
@@ -414,6 +417,8 @@ def tma_config(p) -> Config:
     (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
     divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
     give every SM one (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us)."""
+    if any(s > 1 for s in p.stride):  # the tiles of the problem it folds into
+        p = _fold(p).q
     half = p.dtype != torch.float32
     M, _, K = p.gemm_mnk
     K //= math.prod(p.input_dilation)  # a phase's reduction: about one tap in idil per axis
@@ -495,7 +500,7 @@ def _tma_launch(p, x, w, out, config: Config):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
     copy of w), or None when these tensors do not meet TMA's rules (or some outputs see no
     tap: the gather path zeroes those)."""
-    if tma_reason(p) is not None:
+    if tma_reason(p) is not None or any(s > 1 for s in p.stride):  # strided: folded first (_run_folded)
         return None
     D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
     esize = x.element_size()
@@ -645,3 +650,101 @@ def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config) -> bool:
     if split > 1:
         dw.copy_(target.sum(0))
     return True
+
+
+# ------------------------------------------------- strided problems on the TMA path: folding
+
+@dataclass(frozen=True)
+class Fold:
+    """A strided problem as the stride-1 problem ``q`` over a free view of its input. On the
+    last axis, stride s: input position s*j + t - lo is row j + (t + e)//s - lo' of the input
+    viewed as [S/s, s*C] (lo' = ceil(lo/s), e = s*lo' - lo), channel block (t + e) % s, so the
+    problem is a stride-1 one of K' = ceil((K + e)/s) taps over s*C channels, its weight
+    rearranged to match (taps past the kernel are zero; a small copy per call). On an axis with
+    a single tap the view just steps by s. Other strided axes would need a phase axis of their
+    own: measured slower than the gather kernel on the H200 (r50_stem_7x7s2 510 against 295 us,
+    same_pad_s2 81 against 38, convT_4x4s2's input gradient 209 against 153), so not folded."""
+
+    q: object  # the stride-1 ConvProblem
+    axes: tuple  # per axis: ("fold", s, e, K') | ("step", s, offset) | ("keep",)
+
+
+def fold_reason(p) -> str | None:
+    """None when strided problem ``p`` folds (``_fold``) into one the TMA path takes, else why not."""
+    fold = _fold(p)
+    return fold if isinstance(fold, str) else tma_reason(fold.q)
+
+
+@lru_cache(maxsize=256)
+def _fold(p):
+    """``p``'s Fold, or a string saying why it has none."""
+    if p.groups > 1:
+        return "folding the stride into the channels needs groups == 1"
+    if any(d != 1 for d in p.input_dilation):
+        return "folding needs no input dilation"
+    D, C = p.ndim, p.in_channels
+    esize = torch.empty((), dtype=p.dtype).element_size()
+    x_shape, w_shape, lo, hi, kdil, axes = [p.batch], [p.out_channels], [], [], [], []
+    channels = C
+    for d, (s, k, kd, l, so, S) in enumerate(zip(p.stride, p.kernel, p.kernel_dilation, p.padding_lo,
+                                                  p.out_spatial, p.in_spatial)):
+        if s == 1:
+            axes.append(("keep",))
+            x_shape.append(S)
+            w_shape.append(k)
+            lo.append(l)
+            hi.append(p.padding_hi[d])
+            kdil.append(kd)
+        elif k == 1:  # one tap: output j reads s*j - lo, a view stepping by s from -lo
+            if l > 0:
+                return "a one-tap strided axis with padding"
+            axes.append(("step", s, -l))
+            x_shape.append(so)
+            w_shape.append(1)
+            lo.append(0)
+            hi.append(0)
+            kdil.append(1)
+        elif d < D - 1:
+            return ("only the last axis folds (another strided axis would need a phase axis, "
+                    "measured slower than the gather kernel)")
+        elif kd != 1 or S % s or (s * C * esize) % 16:
+            return (f"folding the last axis needs kernel dilation 1, a side divisible by the stride "
+                    f"and 16-byte rows of stride x channels (kdil {kd}, side {S}, stride {s}, C {C})")
+        else:
+            lo_f = -(-l // s)
+            e = s * lo_f - l
+            kf = -(-(k + e) // s)
+            axes.append(("fold", s, e, kf))
+            x_shape.append(S // s)
+            w_shape.append(kf)
+            lo.append(lo_f)
+            hi.append(so - S // s - lo_f + kf - 1)
+            kdil.append(1)
+            channels = s * C
+    ones = (1,) * D
+    q = replace(p, x_shape=(*x_shape, channels), w_shape=(*w_shape, channels), stride=ones,
+                padding_lo=tuple(lo), padding_hi=tuple(hi), kernel_dilation=tuple(kdil), input_dilation=ones,
+                flip=False, pass_="fwd")
+    assert q.out_spatial == p.out_spatial, (p, q)
+    return Fold(q, tuple(axes))
+
+
+def _run_folded(p, x, w, out, config: Config) -> bool:
+    """Strided ``p`` (grouped views, groups == 1) as its Fold's stride-1 problem on the TMA
+    path; False (nothing launched) where that does not take these tensors."""
+    fold = _fold(p)
+    if isinstance(fold, str):
+        return False
+    x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
+    C, q = p.in_channels, fold.q
+    if fold.axes[-1][0] == "fold" and not (x.stride(-1) == 1 and x.stride(-2) == C):
+        x = x.contiguous()  # the last axis's rows must hold s*C channels
+    wf = w.flip(tuple(range(1, p.ndim + 1))) if p.flip else w
+    taps = [a[1] * a[3] if a[0] == "fold" else k for a, k in zip(fold.axes, p.kernel)]
+    wp = w.new_zeros((w.shape[0], *taps, C))  # the taps of the folded kernel, past the kernel zero
+    wp[(slice(None), *(slice(a[2], a[2] + k) if a[0] == "fold" else slice(None)
+                       for a, k in zip(fold.axes, p.kernel)))] = wf
+    for d, (a, so) in enumerate(zip(fold.axes, p.out_spatial)):  # one-tap axes: a view stepping by s
+        if a[0] == "step":
+            x = x.narrow(1 + d, a[2], (so - 1) * a[1] + 1)[(slice(None),) * (1 + d) + (slice(None, None, a[1]),)]
+    return _run_tma(q, *q.views(x.view(q.x_shape), wp.view(q.w_shape), out), config)

@@ -229,9 +229,11 @@ def _convs(p: ConvProblem) -> list[_Conv]:
 
         direct("zero-insert+conv", insert_zeros, remove_zeros, list(p.padding_lo), list(p.padding_hi))
 
-    if D == 1:  # the same, as a 2-D convolution with H = 1
-        for c in list(out):
-            out.append(_as_2d(c))
+    if D == 1:  # the same, as a 2-D convolution with H = 1: first on CUDA, where cuDNN's 2-D
+        # kernels measured faster on the H200 (conv1d_k3s2_768 129 against 609 us, conv1d_k3_80
+        # 55 against 95, the causal conv1d's input gradient 308 against 982)
+        flat = [_as_2d(c) for c in out]
+        out = flat + out if p.device == "cuda" else out + flat
     return out
 
 
