@@ -16,10 +16,8 @@ import warnings
 from collections import OrderedDict, namedtuple
 from dataclasses import dataclass, field
 
-import torch
-
 from . import tuning
-from .algorithms import REGISTRY
+from .algorithms import REGISTRY, prepared_call
 from .problem import ConvProblem
 
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
@@ -67,15 +65,7 @@ class Plan:
         harmlessly)."""
         made = self.__dict__.get("_runner")
         if made is None:
-            prepare = getattr(self.algorithm, "prepare", None)
-            made = prepare(p, self.config) if prepare is not None else None
-            if made is None:
-                algorithm, config = self.algorithm, self.config
-
-                def made(a, b):
-                    out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
-                    algorithm.run(p, *p.views(a, b, out), config)
-                    return out
+            made = prepared_call(self.algorithm, p, self.config)
             object.__setattr__(self, "_runner", made)
         return made
 

@@ -31,13 +31,13 @@ import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
 import torch
 
-from .algorithms import REGISTRY
+from .algorithms import REGISTRY, prepared_call
 from .problem import ConvProblem
 
 VERSION = 1
@@ -114,11 +114,11 @@ def tune(p: ConvProblem, heuristic_name: str) -> Tuned | None:
                 if not report.ok:
                     rejected[f"{name}[{label}]"] = f"wrong result: {report}"
                     continue
-                module, out = REGISTRY[name], torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
-                x, w, y = p.views(a, b, out)
-                t = time_fn(partial(module.run, p, x, w, y, config), [()], p.device,
+                # timed as a cached call runs it (prepared_call), host time included: a call
+                # cannot run faster than it is issued
+                t = time_fn(prepared_call(REGISTRY[name], p, config), [(a, b)], p.device,
                             budget_s=_BUDGET_S, max_repeats=_MAX_REPEATS)
-                ms = max(t.median_ms, t.host_us / 1e3)  # a call cannot run faster than it is issued
+                ms = max(t.median_ms, t.host_us / 1e3)
             except Exception as e:  # a config that does not compile or run is a rejected candidate
                 rejected[f"{name}[{label}]"] = f"{type(e).__name__}: {e}"[:200]
                 continue

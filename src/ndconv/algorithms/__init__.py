@@ -7,8 +7,24 @@ never parse user arguments and never call the planner. ``cudnn`` is always liste
 optional package its ``supports`` says so.
 """
 
+import torch
+
 from . import cudnn, depthwise, gemm, grouped, implicit_gemm, native, reference, toeplitz, winograd
 
 REGISTRY = {module.NAME: module for module in (
     depthwise, toeplitz, grouped, implicit_gemm, winograd, native, cudnn, gemm, reference
 )}
+
+
+def prepared_call(algorithm, p, config):
+    """``algorithm``'s computation of problem ``p`` as a function of the pass's natural
+    contiguous operands that returns the natural result: its ``prepare`` where it has one (the
+    per-call work done once), else its ``run`` on the operands' views."""
+    prepare = getattr(algorithm, "prepare", None)
+    call = prepare(p, config) if prepare is not None else None
+    if call is None:
+        def call(a, b):
+            out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
+            algorithm.run(p, *p.views(a, b, out), config)
+            return out
+    return call

@@ -44,12 +44,18 @@ class Formulation:
 def channels_first(t: torch.Tensor) -> torch.Tensor:
     """``[N, *S, C]`` as ``[N, C, *S]`` with canonical channels-last strides, without copying
     (PyTorch's CPU convolution mishandles odd strides on size-1 axes, so none are left)."""
-    shape = (t.shape[0], t.shape[-1], *t.shape[1:-1])
-    spatial = t.shape[1:-1]
-    strides = [t.shape[-1] * math.prod(spatial), 1]
+    return t.as_strided(*_channels_first_geometry(t.shape))
+
+
+@lru_cache(maxsize=1024)
+def _channels_first_geometry(shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of channels_first's view (cached: computing them is most of a call's
+    host time on tiny problems)."""
+    spatial = shape[1:-1]
+    strides = [shape[-1] * math.prod(spatial), 1]
     for d in range(len(spatial)):
-        strides.append(t.shape[-1] * math.prod(spatial[d + 1:]))
-    return t.as_strided(shape, strides)
+        strides.append(shape[-1] * math.prod(spatial[d + 1:]))
+    return (shape[0], shape[-1], *spatial), tuple(strides)
 
 
 def channels_last(t: torch.Tensor) -> torch.Tensor:
