@@ -28,6 +28,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -116,9 +117,10 @@ def tune(p: ConvProblem, heuristic_name: str) -> Tuned | None:
                     continue
                 # timed as a cached call runs it (prepared_call), host time included: a call
                 # cannot run faster than it is issued
-                t = time_fn(prepared_call(REGISTRY[name], p, config), [(a, b)], p.device,
-                            budget_s=_BUDGET_S, max_repeats=_MAX_REPEATS)
-                ms = max(t.median_ms, t.host_us / 1e3)
+                call = prepared_call(REGISTRY[name], p, config)
+                gpu_ms = time_fn(call, [(a, b)], p.device, budget_s=_BUDGET_S,
+                                 max_repeats=_MAX_REPEATS).median_ms
+                ms = max(gpu_ms, _host_ms(call, a, b))
             except Exception as e:  # a config that does not compile or run is a rejected candidate
                 rejected[f"{name}[{label}]"] = f"{type(e).__name__}: {e}"[:200]
                 continue
@@ -126,6 +128,20 @@ def tune(p: ConvProblem, heuristic_name: str) -> Tuned | None:
             if best is None or ms < best[0]:
                 best = (ms, name, config)
     return None if best is None else Tuned(best[1], best[2], timings, rejected)
+
+
+def _host_ms(call, a, b, calls: int = 5) -> float:
+    """The host time to issue one ``call(a, b)``: the least of a few calls issued back to back
+    on an idle device (a single sample was measured 2-3x too high on the H200 machine, where a
+    stall of the first call after a sync is common; the least is the steady cost)."""
+    if a.device.type == "cuda":
+        torch.cuda.synchronize(a.device)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call(a, b)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
 
 
 # ---------------------------------------------------------------------- the persistent cache
