@@ -157,6 +157,27 @@ def test_autotune_picks_the_fast_config(fakes):
     assert set(chosen.tuned.timings_ms["fast"]) == {"0.05", "0.0", "0.03"}
 
 
+def test_autotune_times_the_prepared_call(fakes):
+    """A candidate is timed as a cached call runs it: through its ``prepare`` where it has one,
+    so a prepared call that is slow (here: sleeping) loses even when ``run`` is fast."""
+    prepared = _fake("prepared")
+
+    def prepare(p, config):
+        def call(a, b):
+            time.sleep(0.03)
+            out = torch.empty(p.result_shape, dtype=p.dtype)
+            prepared.run(p, *p.views(a, b, out), config)
+            return out
+        return call
+
+    prepared.prepare = prepare
+    fakes["prepared"] = prepared
+    ndconv.autotune(True)
+    chosen = planner.plan(_problem())
+    assert chosen.name == "fast"
+    assert chosen.tuned.timings_ms["prepared"]["default"] >= 30  # ms: its prepared call's sleep
+
+
 def test_autotune_is_used_by_the_functions_and_can_be_turned_off(fakes):
     x, w = torch.randn(2, 6, 6, 3), torch.randn(4, 3, 3, 3)
     calls = []
