@@ -64,11 +64,15 @@ def supports(p):
     reason = kernel_reason(p)
     if reason:
         return False, reason
+    path = ""  # on the GPU: which loads its tiles take (explain shows it)
+    if p.device == "cuda":
+        tma = tma_reason(p)
+        path = "; TMA tiles" if tma is None else f"; gathered tiles ({tma})"
     if p.pass_ == "wgrad":
-        return True, "Triton weight-gradient GEMM, split-K over N*S_out, deterministic"
+        return True, "Triton weight-gradient GEMM, split-K over N*S_out, deterministic" + path
     if any(d > 1 for d in p.input_dilation):
-        return True, "Triton implicit GEMM over output phases (no inserted zeros multiplied)"
-    return True, "Triton implicit GEMM: input gathered per tap, nothing unfolded in memory"
+        return True, "Triton implicit GEMM over output phases (no inserted zeros multiplied)" + path
+    return True, "Triton implicit GEMM: input read per tap, nothing unfolded in memory" + path
 
 
 def _pow2_at_least(n: int, lo: int, hi: int) -> int:
