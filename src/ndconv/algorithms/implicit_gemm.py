@@ -37,7 +37,16 @@ from functools import lru_cache
 import torch
 
 from .triton_support import (
-    INTERPRET, BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, sm_count,
+    INTERPRET,
+    BoundLaunch,
+    allocating,
+    cdiv,
+    group_channels,
+    kernel_reason,
+    meta_views,
+    needs_int64,
+    pad3,
+    sm_count,
     spatial_strides,
 )
 
