@@ -135,12 +135,14 @@ def _problem_for_tma(x_shape, w_shape, args, dtype, pass_="fwd"):
     return p
 
 
-def _check_tma(p, config, monkeypatch):
+def _check_tma(p, config, monkeypatch, path="_run_tma", seed=7, taken=True):
+    """``p`` with ``config`` against the reference, and that ``path`` (the TMA path's runner
+    for the kind of problem) took it (or, ``taken=False``, refused it for the gather kernel)."""
     launched = []
-    real = implicit_gemm._run_tma
-    monkeypatch.setattr(implicit_gemm, "_run_tma", lambda *a: launched.append(real(*a)) or launched[-1])
-    report = testing.check("implicit_gemm", p, seed=7, config=config)
-    assert launched == [True], f"the TMA path did not run {p} with {config}"
+    real = getattr(implicit_gemm, path)
+    monkeypatch.setattr(implicit_gemm, path, lambda *a: launched.append(real(*a)) or launched[-1])
+    report = testing.check("implicit_gemm", p, seed=seed, config=config)
+    assert launched == [taken], f"{path} {'did not run' if taken else 'ran'} {p} with {config}"
     assert report.ok, f"{config} on {p}: {report}"
 
 
@@ -183,13 +185,8 @@ def test_tma_weight_gradient_matches_reference(x_shape, w_shape, args, dtype, mo
 
     p = make_problem(x_shape, w_shape, dtype=dtype, device=DEVICE, **args).wgrad()
     assert implicit_gemm.tma_reason(p) is None
-    launched = []
-    real = implicit_gemm._run_tma_wgrad
-    monkeypatch.setattr(implicit_gemm, "_run_tma_wgrad", lambda *a: launched.append(real(*a)) or launched[-1])
     for config in TMA_WGRAD_CONFIGS:
-        report = testing.check("implicit_gemm", p, seed=5, config=config)
-        assert launched[-1] is True, f"the TMA path did not run {p} with {config}"
-        assert report.ok, f"{config} on {p}: {report}"
+        _check_tma(p, config, monkeypatch, "_run_tma_wgrad", seed=5)
 
 
 def test_tma_weight_gradient_refusals(monkeypatch):
@@ -206,11 +203,7 @@ def test_tma_weight_gradient_refusals(monkeypatch):
     assert "stride 1" in implicit_gemm.tma_reason(wgrad((1, 8, 8, 16), (8, 3, 3, 16), stride=2))
     p = wgrad((2, 5, 7, 16), (8, 3, 3, 16), padding=1)  # 5 x 7 outputs, batch 2: no exact box of 16
     assert implicit_gemm.tma_reason(p) is None
-    launched = []
-    real = implicit_gemm._run_tma_wgrad
-    monkeypatch.setattr(implicit_gemm, "_run_tma_wgrad", lambda *a: launched.append(real(*a)) or launched[-1])
-    report = testing.check("implicit_gemm", p, seed=2, config=TMA_WGRAD_CONFIGS[0])
-    assert launched == [False] and report.ok, report
+    _check_tma(p, TMA_WGRAD_CONFIGS[0], monkeypatch, "_run_tma_wgrad", seed=2, taken=False)
 
 
 def test_exact_boxes_divide_the_output():
@@ -266,24 +259,15 @@ TMA_FOLD_CASES = [  # strided problems, folded into stride-1 ones over a free vi
 def test_tma_path_folds_strided_problems(x_shape, w_shape, args, monkeypatch):
     p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
     assert implicit_gemm.tma_reason(p) is None, implicit_gemm.tma_reason(p)
-    launched = []
-    real = implicit_gemm._run_folded
-    monkeypatch.setattr(implicit_gemm, "_run_folded", lambda *a: launched.append(real(*a)) or launched[-1])
     for config in TMA_CONFIGS:
-        report = testing.check("implicit_gemm", p, seed=4, config=config)
-        assert launched[-1] is True, f"the folded TMA path did not run {p} with {config}"
-        assert report.ok, f"{config} on {p}: {report}"
+        _check_tma(p, config, monkeypatch, "_run_folded", seed=4)
 
 
 def test_tma_path_folds_the_input_gradient_of_a_transposed_convolution(monkeypatch):
     p = _problem_for_tma((2, 6, 16), (16, 4, 16), dict(input_dilation=2, padding=2, flip=True),
                          torch.float16, "dgrad")
     assert p.stride == (2,) and implicit_gemm.tma_reason(p) is None
-    launched = []
-    real = implicit_gemm._run_folded
-    monkeypatch.setattr(implicit_gemm, "_run_folded", lambda *a: launched.append(real(*a)) or launched[-1])
-    report = testing.check("implicit_gemm", p, seed=6, config=TMA_CONFIGS[0])
-    assert launched == [True] and report.ok, report
+    _check_tma(p, TMA_CONFIGS[0], monkeypatch, "_run_folded", seed=6)
 
 
 def test_fold_refusals():

@@ -21,6 +21,16 @@ def _weight_tap(t0, u, pt, k, FLIP: tl.constexpr):
 
 
 @triton.jit
+def _phase(phase_ptr, index):
+    """Row ``index`` of the phase table (implicit_gemm._phases): per axis (r, count, base, t0,
+    taps)."""
+    row = phase_ptr + index * 15
+    return (tl.load(row), tl.load(row + 1), tl.load(row + 2), tl.load(row + 3), tl.load(row + 4),
+            tl.load(row + 5), tl.load(row + 6), tl.load(row + 7), tl.load(row + 8), tl.load(row + 9),
+            tl.load(row + 10), tl.load(row + 11), tl.load(row + 12), tl.load(row + 13), tl.load(row + 14))
+
+
+@triton.jit
 def _carry(a, b, n):
     """Counter a wrapped to 0 when it reaches n, with the carry added to the next counter b
     (the reduction's tap and channel counters advance this way: no division in the loop)."""
@@ -54,10 +64,7 @@ def conv_fwd_kernel(
     pid_n = tl.program_id(0) % n_tiles
     pid_z = tl.program_id(1)
     g = pid_z // NPHASE
-    phase = phase_ptr + (pid_z % NPHASE) * 15
-    r1, Q1, B1, T01, NT1 = tl.load(phase), tl.load(phase + 1), tl.load(phase + 2), tl.load(phase + 3), tl.load(phase + 4)
-    r2, Q2, B2, T02, NT2 = tl.load(phase + 5), tl.load(phase + 6), tl.load(phase + 7), tl.load(phase + 8), tl.load(phase + 9)
-    r3, Q3, B3, T03, NT3 = tl.load(phase + 10), tl.load(phase + 11), tl.load(phase + 12), tl.load(phase + 13), tl.load(phase + 14)
+    r1, Q1, B1, T01, NT1, r2, Q2, B2, T02, NT2, r3, Q3, B3, T03, NT3 = _phase(phase_ptr, pid_z % NPHASE)
     m_total = N * Q1 * Q2 * Q3
     taps = tl.where(pid_m * BLOCK_M < m_total, NT1 * NT2 * NT3, 0)
 
@@ -258,10 +265,7 @@ def conv_fwd_tma_kernel(
     pid_n = tl.program_id(0) % n_tiles
     pid_z = tl.program_id(1)
     g = pid_z // NPHASE
-    phase = phase_ptr + (pid_z % NPHASE) * 15
-    r1, C1, A1, T01, NT1 = tl.load(phase), tl.load(phase + 1), tl.load(phase + 2), tl.load(phase + 3), tl.load(phase + 4)
-    r2, C2, A2, T02, NT2 = tl.load(phase + 5), tl.load(phase + 6), tl.load(phase + 7), tl.load(phase + 8), tl.load(phase + 9)
-    r3, C3, A3, T03, NT3 = tl.load(phase + 10), tl.load(phase + 11), tl.load(phase + 12), tl.load(phase + 13), tl.load(phase + 14)
+    r1, C1, A1, T01, NT1, r2, C2, A2, T02, NT2, r3, C3, A3, T03, NT3 = _phase(phase_ptr, pid_z % NPHASE)
     T3 = tl.cdiv(Q3, B3)
     T2 = tl.cdiv(Q2, B2)
     T1 = tl.cdiv(Q1, B1)
