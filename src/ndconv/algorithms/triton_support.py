@@ -165,7 +165,8 @@ class _RawLaunch:
 
     def __init__(self, launch, encode, run, descriptors, metadata):
         self.launch, self.encode, self.run = launch, encode, run
-        self.descriptors = tuple((i, k, template, meta) for (i, k, template), meta in zip(descriptors, metadata))
+        ordered = sorted(descriptors, key=lambda d: d[0])  # Triton's metadata is in argument order
+        self.descriptors = tuple((i, k, template, meta) for (i, k, template), meta in zip(ordered, metadata))
         self.encoded = {i: {} for i, _, _, _ in self.descriptors}
 
     @classmethod
@@ -187,6 +188,7 @@ class _RawLaunch:
         return cls(launchers[0], make_tensordesc_arg, run, descriptors, metadata)
 
     def __call__(self, grid, stream, compiled, values, operands):
+        args, start = [], 0  # values with each descriptor (in argument order) expanded in place
         for i, k, template, meta in self.descriptors:
             base = operands[k]
             known = self.encoded[i]
@@ -198,13 +200,10 @@ class _RawLaunch:
                 if len(known) >= self._MAX_BASES:
                     known.clear()
                 known[base.data_ptr()] = expanded
-            values[i] = expanded
-        args = []
-        for v in values:
-            if type(v) is list:  # an encoded descriptor (no kernel argument is a list)
-                args.extend(v)
-            else:
-                args.append(v)
+            args += values[start:i]
+            args += expanded
+            start = i + 1
+        args += values[start:]
         self.launch(*grid, stream, compiled.function, self.run.launch_cooperative_grid, self.run.launch_pdl,
                     None, None, compiled.packed_metadata, None, None, None, *args)
 
