@@ -34,10 +34,8 @@ def launch_args(p, config, kernel_name):
     real = getattr(implicit_gemm_kernels, kernel_name)
     capture = Capture(real)
     setattr(implicit_gemm_kernels, kernel_name, capture)
-    runner = (implicit_gemm._run_tma_wgrad if p.pass_ == "wgrad" else
-              implicit_gemm._run_folded if any(s > 1 for s in p.stride) else implicit_gemm._run_tma)
     try:
-        ok = runner(p, *p.views(a, b, out), config)
+        ok = implicit_gemm.tma_runner(p)(p, *p.views(a, b, out), config)
     finally:
         setattr(implicit_gemm_kernels, kernel_name, real)
     return capture.calls[0] if ok else None

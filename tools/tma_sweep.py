@@ -129,8 +129,7 @@ def sweep_case(case, pass_, device, l2_bytes, args, deadline, log) -> dict:
     row["pytorch_ms"] = min(timed.values()) if timed else None
 
     gather_config = ig.gather_wgrad_config(q) if q.pass_ == "wgrad" else ig.gather_config(q)
-    run_tma_path = (ig._run_tma_wgrad if q.pass_ == "wgrad" else
-                    ig._run_folded if any(s > 1 for s in q.stride) else ig._run_tma)
+    run_tma_path = ig.tma_runner(q)
 
     def gather(a, b):
         out = torch.empty(q.result_shape, dtype=q.dtype, device=device)

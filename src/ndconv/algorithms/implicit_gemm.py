@@ -14,16 +14,17 @@ so the result is deterministic. It gathers whichever operand makes the gather de
 stride `stride` (rows over output positions) when there is no input dilation, else dy at stride
 `input_dilation` (rows over input positions).
 
-Hopper path (``Config.tma``): at stride 1 (with or without input dilation: per output phase),
-every input tile of a tap is a box of the channels-last input shifted by the tap, so the tensor-memory accelerator (TMA) loads
-it, and fills what falls outside the input with zeros, which is the padding: no masks, no
-per-element addresses, loads pipelined on barriers and fed to wgmma from shared memory. The
-output tile is a box of positions (e.g. 8 x 16 of one image) times a block of output channels.
-The tile leaves in one TMA store where the output allows it (clipped at the output's edges).
-The weight gradient at stride 1 has a TMA kernel too: per tap, dy's box of positions and x's
-box shifted by the tap, both straight from shared memory into wgmma (split-K as above). It
-needs TMA's alignment (16-byte strides and base); problems or tensors without it, and GPUs
-before sm_90, take the gather path.
+Hopper path (``Config.tma``): at stride 1 (per output phase where input-dilated), every input
+tile of a tap is a box of the channels-last input shifted by the tap, so the tensor-memory
+accelerator (TMA) loads it, and fills what falls outside the input with zeros, which is the
+padding: no masks, no per-element addresses, loads pipelined on barriers and fed to wgmma from
+shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) times a block
+of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Strided
+problems fold into stride-1 ones over a view of the input where they can (``Fold``). The weight
+gradient at stride 1 has a TMA kernel too: per tap, dy's box of positions and x's box shifted
+by the tap, both straight from shared memory into wgmma (split-K as above). ``tma_runner`` is
+the path's entry per kind of problem. It needs TMA's alignment (16-byte strides and base);
+problems or tensors without it, and GPUs before sm_90, take the gather path.
 
 Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 """
@@ -180,15 +181,17 @@ def _precision(p) -> str:
 def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
+    if config.tma:  # the Hopper path, when these tensors allow it; else the gather kernels below
+        if tma_runner(p)(p, x, w, out, config):
+            return
+        if p.pass_ == "wgrad":
+            config = gather_wgrad_config(p)
+        elif any(s > 1 for s in p.stride):  # the tiles were the folded problem's
+            config = gather_config(p)
+        else:
+            config = replace(config, tma=False)
     if p.pass_ == "wgrad":
-        if config.tma and _run_tma_wgrad(p, x, w, out, config):
-            return
-        return _run_wgrad(p, x, w, out, gather_wgrad_config(p) if config.tma else config)
-    if config.tma:  # the Hopper path, when these tensors allow it; else the gather below
-        strided = any(s > 1 for s in p.stride)
-        if (_run_folded if strided else _run_tma)(p, x, w, out, config):
-            return
-        config = gather_config(p) if strided else replace(config, tma=False)
+        return _run_wgrad(p, x, w, out, config)
     from .implicit_gemm_kernels import conv_fwd_kernel
 
     launch, empty = _forward_launch(p, x, w, out, config)
@@ -358,14 +361,11 @@ MIN_BLOCK_K = 16
 
 def tma_reason(p) -> str | None:
     """None when problem ``p`` can take the TMA path (given aligned tensors), else why not."""
-    # a weight-gradient problem's kernel dilation is its forward's stride (problem.py)
-    stride = p.kernel_dilation if p.pass_ == "wgrad" else p.stride
-    if p.pass_ != "wgrad" and any(s != 1 for s in stride):
+    if p.pass_ == "wgrad":  # its kernel dilation is its forward's stride (problem.py)
+        if any(s != 1 for s in p.kernel_dilation) or any(d != 1 for d in p.input_dilation):
+            return "the TMA weight gradient needs stride 1 and no input dilation"
+    elif any(s != 1 for s in p.stride):
         return fold_reason(p)
-    if any(s != 1 for s in stride):
-        return "TMA boxes need stride 1"
-    if p.pass_ == "wgrad" and any(d != 1 for d in p.input_dilation):
-        return "the TMA weight gradient needs no input dilation"
     if p.device == "cuda" and torch.cuda.get_device_capability() < (9, 0):
         return "TMA needs compute capability 9.0+"
     if p.dtype == torch.float32 and not p.allow_tf32:
@@ -496,6 +496,15 @@ def _descriptor(t: torch.Tensor, shape, strides, box):
     return TensorDescriptor(t, list(shape), strides, list(box))
 
 
+def tma_runner(p):
+    """The TMA path's entry for problem ``p``: a function (p, x, w, out, config) of the grouped
+    views that launches and returns True, or returns False (nothing launched) where these
+    tensors do not meet TMA's rules."""
+    if p.pass_ == "wgrad":
+        return _run_tma_wgrad
+    return _run_folded if any(s > 1 for s in p.stride) else _run_tma
+
+
 def _run_tma(p, x, w, out, config: Config) -> bool:
     """The TMA kernel on x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og]; False
     (nothing launched) when these tensors do not meet TMA's rules."""
@@ -513,7 +522,7 @@ def _tma_launch(p, x, w, out, config: Config):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
     copy of w), or None when these tensors do not meet TMA's rules (or some outputs see no
     tap: the gather path zeroes those)."""
-    if tma_reason(p) is not None or any(s > 1 for s in p.stride):  # strided: folded first (_run_folded)
+    if any(s > 1 for s in p.stride) or tma_reason(p) is not None:  # strided: folded first (_run_folded)
         return None
     D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
     esize = x.element_size()
