@@ -53,14 +53,14 @@ def test_matches_reference(case, pass_, dtype):
 
 
 @pytest.mark.parametrize("config", [
-    Config(tile_w=16, block_k=16, block_m=16, block_c=2, num_warps=4),
-    Config(tile_w=16, block_k=32, block_m=32, block_c=8, num_warps=4),
-    Config(tile_w=32, block_k=16, block_m=16, block_c=4, num_warps=8),
-    Config(tile_w=64, block_k=32, block_m=16, block_c=16, num_warps=4),
+    Config(tile_w=16, block_k=16, block_m=16, num_warps=4),
+    Config(tile_w=16, block_k=32, block_m=32, num_warps=4),
+    Config(tile_w=32, block_k=16, block_m=64, num_warps=8),
+    Config(tile_w=64, block_k=32, block_m=16, num_warps=4, num_stages=2),
 ], ids=str)
 def test_configs(config):
-    """Tiles wider than the output, windows in one or several chunks, channel blocks that divide
-    the channels or not."""
+    """Tiles wider than the output, windows in one or several chunks, row blocks that divide the
+    rows or not."""
     p = make_problem((2, 5, 23, 12), (12, 3, 15, 1), padding=([1, 9], [1, 5]), groups=12,
                      dtype=torch.bfloat16, device=DEVICE)
     for q in (p, p.dgrad()):
@@ -125,25 +125,33 @@ def test_band_axis_is_the_longest_kernel():
 
 
 def test_default_tiles_for_the_benchmark_shapes():
-    """The cost model's picks for RepLKNet's 31x31 and a long 1-D k=64 sequence (bf16)."""
+    """The picks for RepLKNet's 31x31 (window 62 -> 64 for 32 outputs: fewest products) and a
+    long 1-D k=64 sequence (bf16)."""
     p = make_problem((32, 56, 56, 128), (128, 31, 31, 1), padding=15, groups=128, dtype=torch.bfloat16)
     c = toeplitz.default_config(p)
-    assert (c.tile_w, c.block_c) == (32, 16)
+    assert (c.tile_w, c.block_k, c.block_m) == (32, 32, 256)
     p = make_problem((8, 8192, 512), (512, 64, 1), padding=([63], [0]), groups=512, dtype=torch.bfloat16)
     assert toeplitz.default_config(p).tile_w in (32, 64)
-    assert all(c.block_c * c.block_m * c.tile_w <= 32768 for c in toeplitz.configs(p))
+    assert all(c.block_m * c.tile_w <= 16384 for c in toeplitz.configs(p))
 
 
-def test_planner_never_picks_toeplitz(monkeypatch):
-    """Measured slower than depthwise on the H200 (planner.PREFERENCE): the heuristic planner
-    leaves even long kernels to depthwise; toeplitz stays forcible."""
-    monkeypatch.setattr(toeplitz, "kernel_reason", lambda p: None)  # as if on a GPU
-    from ndconv.algorithms import depthwise
-    monkeypatch.setattr(depthwise, "kernel_reason", lambda p: None)
-    assert all("toeplitz" not in names for names in planner.PREFERENCE.values())
-    p = make_problem((2, 56, 56, 64), (64, 31, 31, 1), padding=15, groups=64, dtype=torch.bfloat16,
-                     device="cuda")
-    for q in (p, p.dgrad(), p.wgrad()):
+def test_planner_picks_toeplitz_for_long_kernels(monkeypatch):
+    """Measured faster than depthwise on the H200 from 64 taps (planner._measured_first): the
+    heuristic planner runs 31x31 and 1-D k=64 forwards and input gradients as banded GEMMs, and
+    leaves 7x7, short 1-D kernels and exact fp32 to depthwise (weight gradients: not toeplitz)."""
+    from ndconv.algorithms import depthwise, implicit_gemm
+    for module in (toeplitz, depthwise, implicit_gemm):
+        monkeypatch.setattr(module, "kernel_reason", lambda p: None)  # as if on an H200
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    def dw(x, k, **kwargs):
+        return make_problem(x, (x[-1], *k, 1), groups=x[-1], device="cuda", **kwargs)
+    long2d = dw((2, 56, 56, 64), (31, 31), padding=15, dtype=torch.bfloat16)
+    long1d = dw((2, 512, 64), (64,), padding=([63], [0]), dtype=torch.float16)
+    for q in (long2d, long2d.dgrad(), long1d, long1d.dgrad()):
+        assert planner.plan(q).name == "toeplitz", q
+    short = dw((2, 56, 56, 64), (7, 7), padding=3, dtype=torch.bfloat16)
+    exact = dw((2, 56, 56, 64), (31, 31), padding=15, dtype=torch.float32)  # TF32 off (fixture)
+    for q in (short, short.dgrad(), exact, dw((2, 512, 64), (16,), dtype=torch.bfloat16)):
         assert planner.plan(q).name == "depthwise", q
-    assert toeplitz.supports(p)[0]
-    assert planner.plan(p, algorithm="toeplitz").name == "toeplitz"
+    assert planner.plan(long2d.wgrad()).name != "toeplitz"
+    assert planner.plan(short, algorithm="toeplitz").name == "toeplitz"

@@ -56,13 +56,13 @@ def sweep_configs(p, limit: int) -> list[Config]:
     a = toeplitz.band_axis(p)
     tiles = [tw for tw in toeplitz.TILE_WIDTHS
              if toeplitz._window(p, tw) <= toeplitz.MAX_WINDOW and tw < 2 * p.out_spatial[a] + 16]
-    variants = [replace(base, tile_w=tw, block_m=max(16, min(128, 16384 // (base.block_c * tw))))
-                for tw in tiles]
+    variants = [replace(base, tile_w=tw) for tw in tiles]
+    variants += [replace(base, tile_w=tw, num_stages=1) for tw in tiles]  # plain loads: L1 reuse across taps
     variants += [replace(base, block_k=bk) for bk in (16, 32, 64)]
-    variants += [replace(base, block_m=bm, block_c=bc) for bm in (32, 64, 128) for bc in (8, 16, 32)
-                 if bc * bm * base.tile_w <= 32768]
+    variants += [replace(base, block_m=bm) for bm in (64, 256) if bm * base.tile_w <= 16384]
     variants += [replace(base, num_warps=w) for w in (4, 8)]
     variants += [replace(base, num_stages=s) for s in (2, 4)]
+    variants += [replace(base, num_stages=1, block_m=bm, num_warps=w) for bm in (64, 256) for w in (4, 8)]
     variants += toeplitz.configs(p)
     for c in variants:
         if c not in out:
@@ -186,7 +186,7 @@ def print_row(row):
         regs = r.get("compiled") or []
         info = " ".join(f"regs={k['n_regs']} spills={k['n_spills']} smem={k['shared']} "
                         f"{'wgmma' if k['wgmma'] else 'mma.sync' if k['mma_sync'] else 'fma'}" for k in regs)
-        log(f"    tw={c['tile_w']:3} bk={c['block_k']:2} bm={c['block_m']:3} bc={c['block_c']:2} "
+        log(f"    tw={c['tile_w']:3} bk={c['block_k']:2} bm={c['block_m']:3} "
             f"w={c['num_warps']} s={c['num_stages']}  {str(what)[:140]}  {info}")
 
 

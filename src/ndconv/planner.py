@@ -10,11 +10,14 @@ decision.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import warnings
 from collections import OrderedDict, namedtuple
 from dataclasses import dataclass, field
+
+import torch
 
 from . import tuning
 from .algorithms import REGISTRY, prepared_call
@@ -33,10 +36,8 @@ DEFAULT_PLAN_CACHE_SIZE = 128
 #   fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN) the rest (float64). cuDNN's graphs
 #   (the optional cudnn algorithm) come after it in the order; _measured_first puts them first
 #   where they won, and autotuning times them everywhere they build.
-# - toeplitz (the banded tensor-core GEMM for long depthwise kernels) is in no list: measured
-#   slower than depthwise on the H200 (bf16): dw31x31_56 input gradient 1.98 ms against
-#   1.43 ms, 1-D k=64 0.31 ms against 0.29 ms (mma.sync, 131 KB of shared memory, one program
-#   per SM); kept forcible and as an autotune candidate.
+# - toeplitz (the banded tensor-core GEMM for long depthwise kernels) is in no list:
+#   _measured_first puts it first for kernels of TOEPLITZ_MIN_TAPS taps or more.
 # - CPU: PyTorch's own convolution (oneDNN), several times faster there than gemm.
 # - gemm (unfold + matmul through torch) and the reference (the float64 oracle) stay forcible.
 PREFERENCE = {
@@ -218,7 +219,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     None. PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it
     on the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
     conv1d: depthwise 126 us against 1.47 ms); 2-D depthwise kernels of 3x3 and less (dw3x3_56
-    56 us either way); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
+    56 us either way). The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps
+    or more in half precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13
+    0.32 against 0.54, 1-D k=64 0.16 against 0.75; it loses at 49 taps (dw7x7_56 0.17 against
+    0.11) and 16 (1-D k=16 0.13 against 0.09); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
     conv3d, and 1-D ones through a 2-D convolution: within 0-30%); and strided problems the TMA
     kernel does not take. The TMA kernel keeps input gradients, asymmetric padding and
     input-dilated forwards (transposed convolutions, over output phases: convT_3x3s2 38.9
@@ -230,13 +234,16 @@ def _measured_first(p: ConvProblem) -> str | None:
     model of such layers would wait on the host. Autotuning weighs that too (tuning.tune). For
     the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
     issued (``_host_bound``) keep the TMA kernel, whose bound launch costs half the host time."""
-    from .algorithms import depthwise, grouped, implicit_gemm
+    from .algorithms import depthwise, grouped, implicit_gemm, toeplitz
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
         return None
     if p.pass_ == "wgrad":
         return None if p.ndim == 1 and depthwise.supports(p)[0] else "native"
     if depthwise.supports(p)[0]:
+        if math.prod(p.kernel) >= TOEPLITZ_MIN_TAPS and toeplitz.supports(p)[0] and (
+                p.dtype != torch.float32 or p.allow_tf32):
+            return "toeplitz"
         return "native" if p.ndim == 2 and max(p.kernel) <= 3 else None
     if grouped.supports(p)[0]:
         return "native"
@@ -249,6 +256,10 @@ def _measured_first(p: ConvProblem) -> str | None:
         return "native" if native else None
     return None if implicit_gemm.default_config(p).packed else "native"
 
+
+# Depthwise kernels with at least this many taps run as banded GEMMs on tensor cores (toeplitz):
+# the crossover measured on the H200 lies between 49 (7x7) and 64 (1-D k=64) taps.
+TOEPLITZ_MIN_TAPS = 64
 
 # Host time per cached call measured on the H200 machine (tools/host_overhead.py, tiny bf16
 # conv2d): a bound Triton launch about 21-23 us, PyTorch's convolution through ndconv 46 us.
