@@ -120,11 +120,12 @@ def test_gemm_rejects_a_bad_workspace_limit(monkeypatch):
         testing.check("gemm", testing.CASES[0].problem())
 
 
-# The depthwise forward kernel's strips and chunks of taps along the last axis: taps in several
-# chunks (the last one partial), strides and dilations that leave window columns unused,
-# channel multipliers (two input channels per lane in the input gradient), input dilation,
-# flip, crops, and channel counts that are not a multiple of the block.
-DEPTHWISE_FORWARD = [
+# The depthwise kernels' strips and chunks of taps along the last axis (forward, input and
+# weight gradient): taps in several chunks (the last one partial), strides and dilations that
+# leave window columns unused, channel multipliers (two input channels per lane in the input
+# gradient), input dilation, flip, crops, and channel counts that are not a multiple of the
+# block.
+DEPTHWISE_STRIPS = [
     pytest.param((2, 5, 13, 6), (6, 2, 11, 1), {"padding": ([1, 5], [0, 4]), "groups": 6},
                  id="2d_k11_chunks"),
     pytest.param((1, 4, 17, 4), (8, 3, 5, 1),
@@ -140,9 +141,9 @@ DEPTHWISE_FORWARD = [
 ]
 
 
-@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
-@pytest.mark.parametrize("x_shape,w_shape,args", DEPTHWISE_FORWARD)
-def test_depthwise_forward_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("x_shape,w_shape,args", DEPTHWISE_STRIPS)
+def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     from dataclasses import replace
 
     from ndconv.algorithms import depthwise
@@ -150,7 +151,8 @@ def test_depthwise_forward_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args), pass_)
     assert depthwise.supports(p)[0]
     base = depthwise.default_config(p)
-    for config in [base, replace(base, unroll=4, cols=3), replace(base, unroll=3, cols=5, tile_w=1)]:
+    small = replace(base, block_p=4, block_o=8) if pass_ == "wgrad" else replace(base, tile_w=1)
+    for config in [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5)]:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
 

@@ -19,7 +19,8 @@ def geomean(values) -> float:
 
 
 def main(path: str) -> int:
-    result = json.load(open(path))
+    with open(path) as f:
+        result = json.load(f)
     print("| case | pass | floor µs | PyTorch µs (formulation) | best ndconv µs (algorithm) | speed-up | × floor "
           "| planner's choice | planner µs | regret |")
     print("|---|---|---:|---|---|---:|---:|---|---:|---:|")

@@ -218,7 +218,7 @@ def _measured_first(p: ConvProblem) -> str | None:
     fastest on ``p``'s kind of problem where that is not the preference order's first, else
     None. PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it
     on the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
-    conv1d: depthwise 126 us against 1.47 ms); 2-D depthwise kernels of 3x3 and less (dw3x3_56
+    conv1d: depthwise 64 us against 1.47 ms); 2-D depthwise kernels of 3x3 and less (dw3x3_56
     56 us either way). The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps
     or more in half precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13
     0.32 against 0.54, 1-D k=64 0.16 against 0.75; it loses at 49 taps (dw7x7_56 0.17 against

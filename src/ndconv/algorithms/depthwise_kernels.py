@@ -132,40 +132,68 @@ def direct_fwd_kernel(
 @triton.jit
 def direct_wgrad_kernel(
     x_ptr, dy_ptr, ws_ptr,
-    ROWS, ROWS_PER_PROGRAM, O,
+    STRIPS, STRIPS_PER_PROGRAM, O,
     S1, S2, S3, SO1, SO2, SO3, K1, K2,
-    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3,
+    ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
     sxn, sx1, sx2, sx3, sxg, sxc,
     sdn, sd1, sd2, sd3, sdg, sdo,
-    K3: tl.constexpr, K3P: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_O: tl.constexpr,
+    K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr, U: tl.constexpr,
+    CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
+    COLS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_O: tl.constexpr,
 ):
     """ws[chunk, (t1, t2, t3), c, o] = sum over the chunk's output positions r of
-    dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] for one (t1, t2, c) per program and every
-    t3 at once (a [K3P, BLOCK_P, BLOCK_O] accumulator): each dy tile is loaded once for a whole
-    kernel row, and the positions are reduced once at the end. Partial sums per chunk are summed
-    afterwards in a fixed order (deterministic)."""
-    pid_t = tl.program_id(2)
+    dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] for one (t1, t2, c) per program.
+
+    Output positions are strips of COLS consecutive outputs along the last axis (BLOCK_S strips
+    at a time, the program's share of all strips in a loop); a strip's dy columns are loaded
+    once and kept, then each input column of the strip's window is loaded and converted once
+    and feeds every (output, tap) pair that reads it, resolved at compile time as in
+    direct_fwd_kernel. Taps along the last axis are done in chunks of U (one accumulator per
+    tap); positions are reduced once per chunk at the end. Partial sums per program go to
+    the workspace, summed afterwards in a fixed order (deterministic)."""
+    pid_t = tl.program_id(0)  # fastest: the taps of one chunk run together and share its tiles in L2
     c = pid_t % CG
     t2 = (pid_t // CG) % K2
     t1 = pid_t // (CG * K2)
     g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
-    t3 = tl.arange(0, K3P)
-    acc = tl.zeros((K3P, BLOCK_P, BLOCK_O), dtype=tl.float32)
-    start = tl.program_id(0) * ROWS_PER_PROGRAM
-    for r0 in range(start, start + ROWS_PER_PROGRAM, BLOCK_P):
-        mask_p, n, j1, j2, j3 = _positions(r0 + tl.arange(0, BLOCK_P), ROWS, SO1, SO2, SO3, INT64)
-        dy = tl.load((dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + j3 * sd3)[:, None] + (g * sdg + k * sdo)[None, :],
-                     mask=mask_p[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
-        i1, ok1 = input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_p)
-        i2, ok2 = input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
-        i3, ok = input_index(j3[None, :], t3[:, None], ST3, KD3, ID3, LO3, S3, ok2[None, :] & (t3 < K3)[:, None])
-        rows = x_ptr + n * sxn + i1 * sx1 + i2 * sx2 + c * sxc  # [BLOCK_P]
-        xv = tl.load(rows[None, :, None] + (i3 * sx3)[:, :, None] + (g * sxg)[None, None, :],
-                     mask=ok[:, :, None] & mask_o[None, None, :], other=0.0)
-        acc += xv.to(tl.float32) * dy[None, :, :]
-    partial = tl.sum(acc, axis=1)  # [K3P, BLOCK_O]
-    tap = (t1 * K2 + t2) * K3 + t3
-    ws = ws_ptr + tl.program_id(0).to(tl.int64) * K1 * K2 * K3 * CG * O
-    tl.store(ws + ((tap * CG + c) * O)[:, None] + (g * OG + k)[None, :], partial,
-             mask=(t3 < K3)[:, None] & mask_o[None, :])
+    x_lanes = g * sxg + c * sxc  # [BLOCK_O]
+    d_lanes = g * sdg + k * sdo
+    tiles3 = tl.cdiv(SO3, COLS)
+    start = tl.program_id(2) * STRIPS_PER_PROGRAM
+    end = tl.minimum(start + STRIPS_PER_PROGRAM, STRIPS)
+    ws = ws_ptr + tl.program_id(2).to(tl.int64) * K1 * K2 * K3 * CG * O
+    for t3o in tl.static_range(0, K3, U):  # chunks of U taps along the last axis
+        acc = ()
+        for t in tl.static_range(_chunk_taps(t3o, K3, U)):
+            acc = acc + (tl.zeros((BLOCK_S, BLOCK_O), dtype=tl.float32),)
+        for s0 in range(start, end, BLOCK_S):
+            strip = s0 + tl.arange(0, BLOCK_S)
+            mask_s = strip < end
+            _, n, j1, j2, tile = _positions(strip, STRIPS, SO1, SO2, tiles3, INT64)
+            j3 = tile * COLS  # [BLOCK_S] the strip's first output
+            dy_rows = dy_ptr + n * sdn + j1 * sd1 + j2 * sd2
+            dys = ()
+            for jj in tl.static_range(COLS):
+                ok = mask_s & (j3 + jj < SO3)
+                dys = dys + (tl.load((dy_rows + (j3 + jj) * sd3)[:, None] + d_lanes[None, :],
+                                     mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32),)
+            i1, ok1 = input_index(j1, t1, ST1, KD1, ID1, LO1, S1, mask_s)
+            i2, ok2 = input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
+            x_rows = x_ptr + n * sxn + i1 * sx1 + i2 * sx2  # [BLOCK_S]
+            v0 = j3 * ST3 + t3o * KD3 - LO3  # dilated input column of the window's start
+            for e in tl.static_range((COLS - 1) * ST3 + (_chunk_taps(t3o, K3, U) - 1) * KD3 + 1):
+                if _column_used(e, COLS, t3o, ST3, KD3, K3, U):
+                    i3, ok = input_index(v0, e, 1, 1, ID3, 0, S3, ok2)
+                    xv = tl.load((x_rows + i3 * sx3)[:, None] + x_lanes[None, :],
+                                 mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
+                    new = ()
+                    for t in tl.static_range(_chunk_taps(t3o, K3, U)):
+                        a = acc[t]
+                        for jj in tl.static_range(COLS):
+                            if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) == t:
+                                a += xv * dys[jj]
+                        new = new + (a,)
+                    acc = new
+        for t in tl.static_range(_chunk_taps(t3o, K3, U)):
+            tap = (t1 * K2 + t2) * K3 + t3o + t
+            tl.store(ws + (tap * CG + c) * O + g * OG + k, tl.sum(acc[t], axis=0), mask=mask_o)
