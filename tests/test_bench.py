@@ -115,6 +115,23 @@ def test_a_wrong_algorithm_is_reported_wrong_not_timed(tiny_suite, monkeypatch, 
     assert "WRONG" in capsys.readouterr().out
 
 
+def test_source_digest_names_the_code(tmp_path):
+    """Equal sources give equal digests wherever they lie; a changed or renamed file changes it."""
+    from ndconv.bench.runner import source_digest
+
+    for root in (tmp_path / "a", tmp_path / "b"):
+        (root / "algorithms").mkdir(parents=True)
+        (root / "api.py").write_text("x = 1\n")
+        (root / "algorithms" / "k.py").write_text("y = 2\n")
+    first = source_digest(tmp_path / "a")
+    assert first == source_digest(tmp_path / "b") and len(first) == 12
+    (tmp_path / "b" / "algorithms" / "k.py").write_text("y = 3\n")
+    assert source_digest(tmp_path / "b") != first
+    (tmp_path / "b" / "algorithms" / "k.py").write_text("y = 2\n")
+    (tmp_path / "b" / "algorithms" / "k.py").rename(tmp_path / "b" / "algorithms" / "j.py")
+    assert source_digest(tmp_path / "b") != first
+
+
 def test_unknown_case_is_an_error(capsys):
     assert cli.main(["bench", "--case", "nope"]) == 2
     assert "no case nope" in capsys.readouterr().err

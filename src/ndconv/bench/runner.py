@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import math
 import platform
 import subprocess
@@ -85,12 +86,22 @@ def _env(device: str) -> dict:
     else:
         env["cpu"] = platform.processor() or platform.machine()
         env["threads"] = torch.get_num_threads()
-    try:
-        env["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+    try:  # "-dirty" where the tree differs from the commit (a copied tree with a stale .git)
+        env["git"] = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
                                     text=True, timeout=10, cwd=Path(__file__).parent).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         env["git"] = None
+    env["source"] = source_digest()
     return env
+
+
+def source_digest(root: Path = Path(__file__).parents[1]) -> str:
+    """A digest of the Python sources under ``root`` (the ndconv package): it names the code a
+    run measured where git cannot, and the same checkout gives the same digest anywhere."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def _measure(fn, prepared_sets, check, device):
