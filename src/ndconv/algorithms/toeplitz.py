@@ -184,11 +184,10 @@ def _planar_copy(src: torch.Tensor, dst: torch.Tensor, shift: int = 0) -> None:
     )
 
 
-def _planar_input(p, x, order, length: int) -> torch.Tensor:
-    """x [N, *S, G, 1] as [G, N, 1.., *S in order] with the band axis (last) shifted by its low
-    pad and zero-filled to ``length`` positions (a multiple of 16): planar position q holds
-    input position q - lo (negative pads crop)."""
-    S = pad3([p.in_spatial[d] for d in order], 1)
+def _planar_input(p, x, order, S, length: int) -> torch.Tensor:
+    """x [N, *S, G, 1] as [G, N, *S in order] (``S``: padded to three axes) with the band axis
+    (last) shifted by its low pad and zero-filled to ``length`` positions (a multiple of 16):
+    planar position q holds input position q - lo (negative pads crop)."""
     xp = torch.empty((p.groups, p.batch, *S[:2], length), dtype=x.dtype, device=x.device)
     _planar_copy(_rows_view(x[..., 0], order, p.ndim), xp.permute(1, 2, 3, 4, 0), p.padding_lo[order[-1]])
     return xp
@@ -209,7 +208,7 @@ def run(p, x, w, out, config: Config | None = None):
     nk = cdiv(_window(p, tile_w), block_k)
     tiles3 = cdiv(SO[2], tile_w)
     table = _table(p, w, order, tile_w, nk * block_k)
-    xp = _planar_input(p, x, order, cdiv((tiles3 - 1) * tile_w * ST[2] + nk * block_k, 16) * 16)
+    xp = _planar_input(p, x, order, S, cdiv((tiles3 - 1) * tile_w * ST[2] + nk * block_k, 16) * 16)
     yp = torch.empty((p.out_channels, p.batch, *SO[:2], tiles3 * tile_w), dtype=out.dtype, device=out.device)
     rows = p.batch * SO[0] * SO[1] * tiles3
     grid = (cdiv(rows, config.block_m), p.out_channels)
@@ -220,7 +219,7 @@ def run(p, x, w, out, config: Config | None = None):
         *ST, KD[0], KD[1], *LO[:2],
         *xp.stride()[:4], *yp.stride()[:4],
         OG=p.o_per_group, NK=nk,
-        INT64=needs_int64(xp, yp), PRECISION=_precision(p), UPCAST=INTERPRET, INTERPRET=INTERPRET,
+        INT64=needs_int64(xp, table, yp), PRECISION=_precision(p), UPCAST=INTERPRET, INTERPRET=INTERPRET,
         BLOCK_M=config.block_m, TILE_W=tile_w, BLOCK_K=block_k,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -51,6 +51,7 @@ def toeplitz_fwd_kernel(
     if INT64:
         n = n.to(tl.int64)
         g = g.to(tl.int64)
+        o = o.to(tl.int64)  # the table's and y's channel offsets
     window = x_ptr + g * sxg + n * sxn + r * (TILE_W * ST3)  # [BLOCK_M]
     offs_k = tl.arange(0, BLOCK_K)
     offs_j = tl.arange(0, TILE_W)
@@ -68,8 +69,7 @@ def toeplitz_fwd_kernel(
                     mask=ok[:, None], other=0.0)  # [BLOCK_M, BLOCK_K]
         b = tl.load(table + step * (BLOCK_K * TILE_W))  # [BLOCK_K, TILE_W]
         acc = dot(a, b, acc, PRECISION, UPCAST)
-    o_off = o.to(tl.int64) * syo if INT64 else o * syo
-    y = y_ptr + o_off + (n * syn + j1 * sy1 + j2 * sy2 + r * TILE_W)[:, None] + offs_j[None, :]
+    y = y_ptr + o * syo + (n * syn + j1 * sy1 + j2 * sy2 + r * TILE_W)[:, None] + offs_j[None, :]
     tl.store(y, downcast(acc, y_ptr.dtype.element_ty, INTERPRET), mask=mask_m[:, None])
 
 
