@@ -42,6 +42,7 @@ class Config:
     tile_w: int = 0  # forward: strips along the last axis per tile (0: fit the axis)
     unroll: int = 8  # taps along the last axis per chunk (one input window per chunk)
     cols: int = 0  # consecutive outputs along the last axis per strip (0: fit the axis)
+    channels_fastest: bool = False  # forward: a tile's channel blocks are consecutive programs
 
 
 def supports(p):
@@ -112,7 +113,10 @@ def default_config(p) -> Config:
     fitted to the width (_strip_cols), the best of 4, 7 and 14 outputs on every 56-wide case
     measured: dw3x3_56 7 (71 us); dw3x3s2_112 4 (70 us, 7: 72, 14: 115); dw7x7_56 14 (110 us,
     7: 123, 4: 152; its input gradient 111 against 121); dw31x31_56, whose rows take several
-    8-tap chunks, 7 (1569 us, 4: 2597). 1-D: 8 (2*K3 for k4).
+    8-tap chunks, 7 (1569 us, 4: 2597). 1-D: 8 (2*K3 for k4). Kernels of at most 3 taps per
+    axis (2-D, 3-D) launch a tile's channel blocks as consecutive programs, so that whole
+    channel rows of the input are read from HBM together: dw3x3_56 71 -> 61 us (dw3x3s2_112 69
+    either way; dw7x7_56, which is bound by FMA issue, 110 -> 128, so not there).
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
@@ -128,7 +132,8 @@ def default_config(p) -> Config:
     else:
         block_o = min(32, _pow2_at_least(p.out_channels))
     strips = max(1, min(128, (2 if one_d else 4) * 32 * 8 // block_o))
-    return Config(strips, block_o, 4, cols=_default_cols(p, strips))
+    short = not one_d and max(p.kernel) <= 3
+    return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short)
 
 
 def configs(p) -> list[Config]:
@@ -148,6 +153,7 @@ def configs(p) -> list[Config]:
                     replace(base, block_o=max(8, base.block_o // 2), block_p=min(128, two)),
                     replace(base, block_o=min(128, 2 * base.block_o), block_p=max(1, base.block_p // 2)),
                     replace(base, unroll=4)]
+        variants += [replace(c, channels_fastest=not base.channels_fastest) for c in (base, *variants)]
     out = []
     for c in (base, *variants):
         if c not in out:
@@ -203,6 +209,8 @@ def _forward_launch(p, x, w, out, config: Config):
     tile_h, strips, cols = _fwd_tile(p, config)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
     grid = (p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, strips * cols), cdiv(O, config.block_o))
+    if config.channels_fastest:
+        grid = (grid[0] * grid[1],)
     args = (
         x, w, out, O,
         *pad3(p.in_spatial, 1), SO1, SO2, SO3, K1, K2,
@@ -214,7 +222,7 @@ def _forward_launch(p, x, w, out, config: Config):
     meta = dict(
         K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip,
         INT64=needs_int64(x, w, out), TILE_H=tile_h, STRIPS=strips, COLS=cols, BLOCK_O=config.block_o,
-        num_warps=config.num_warps,
+        CHANNELS_FASTEST=config.channels_fastest, num_warps=config.num_warps,
     )
     return grid, args, meta
 

@@ -14,9 +14,9 @@ from .kernel_utils import input_index, split_rows
 
 
 @triton.jit
-def _lanes(O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexpr):
-    """This program's output-channel lanes: (group g, channel k within it, mask)."""
-    offs_o = tl.program_id(1) * BLOCK_O + tl.arange(0, BLOCK_O)
+def _lanes(block, O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexpr):
+    """The output-channel lanes of channel block ``block``: (group g, channel k within it, mask)."""
+    offs_o = block * BLOCK_O + tl.arange(0, BLOCK_O)
     g = offs_o // OG
     if INT64:
         g = g.to(tl.int64)
@@ -63,6 +63,7 @@ def direct_fwd_kernel(
     K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr, U: tl.constexpr,
     CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
+    CHANNELS_FASTEST: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for a tile of TILE_H x STRIPS strips of COLS consecutive outputs along the last axis x
@@ -71,10 +72,19 @@ def direct_fwd_kernel(
     A strip's COLS outputs are separate accumulators, and the taps along the last axis are
     unrolled in chunks of U: each input column of a chunk's window is loaded and converted once
     and feeds every (output, tap) pair that reads it, all resolved at compile time (K3, ST3, KD3
-    are constexpr). The other kernel axes are loops; their re-reads hit L1."""
+    are constexpr). The other kernel axes are loops; their re-reads hit L1.
+
+    With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
+    grid), so they run together and read whole channel rows of the input from HBM."""
     tiles_w = tl.cdiv(SO3, STRIPS * COLS)
     tiles_h = tl.cdiv(SO2, TILE_H)
-    pid = tl.program_id(0)
+    if CHANNELS_FASTEST:
+        blocks_o = tl.cdiv(O, BLOCK_O)
+        block_o = tl.program_id(0) % blocks_o
+        pid = tl.program_id(0) // blocks_o
+    else:
+        block_o = tl.program_id(1)
+        pid = tl.program_id(0)
     tw = pid % tiles_w
     th = (pid // tiles_w) % tiles_h
     n1 = pid // (tiles_w * tiles_h)  # n * SO1 + j1
@@ -86,7 +96,7 @@ def direct_fwd_kernel(
     j2 = th * TILE_H + offs // STRIPS  # [P] a strip's row
     j3 = (tw * STRIPS + offs % STRIPS) * COLS  # [P] its first column
     mask_p = (j2 < SO2) & (j3 < SO3)
-    g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
+    g, k, mask_o = _lanes(block_o, O, OG, INT64, BLOCK_O)
     x_lanes = g * sxg  # [BLOCK_O]
     o_w = tl.minimum(g * OG + k, O - 1)  # lanes past O read valid weights (unmasked; never stored)
     w_lanes = w_ptr + (o_w // OG) * swg + (o_w % OG) * swo  # [BLOCK_O]
@@ -155,7 +165,7 @@ def direct_wgrad_kernel(
     c = pid_t % CG
     t2 = (pid_t // CG) % K2
     t1 = pid_t // (CG * K2)
-    g, k, mask_o = _lanes(O, OG, INT64, BLOCK_O)
+    g, k, mask_o = _lanes(tl.program_id(1), O, OG, INT64, BLOCK_O)
     x_lanes = g * sxg + c * sxc  # [BLOCK_O]
     d_lanes = g * sdg + k * sdo
     tiles3 = tl.cdiv(SO3, COLS)
