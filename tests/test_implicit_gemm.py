@@ -270,6 +270,74 @@ def test_tma_path_folds_the_input_gradient_of_a_transposed_convolution(monkeypat
     _check_tma(p, TMA_CONFIGS[0], monkeypatch, "_run_folded", seed=6)
 
 
+TAP_FOLD_CASES = [  # stride 1, channel counts whose taps fold into at most half the reduction steps
+    pytest.param((2, 13, 40), (40, 3, 40), dict(padding=1), id="1d_k3"),
+    pytest.param((2, 5, 7, 24), (24, 3, 4, 24), dict(padding=([2, 0], [1, 2]), flip=True), id="2d_asym_flip"),
+    pytest.param((1, 7, 9, 24), (24, 2, 4, 24), dict(padding=([1, -1], [0, 2]), kernel_dilation=(2, 1)),
+                 id="2d_crop_kdil"),
+    pytest.param((2, 3, 4, 6, 24), (24, 3, 3, 4, 24), dict(padding=([2, 1, 0], [0, 1, 0])), id="3d_unpadded_last"),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", TAP_FOLD_CASES)
+def test_tma_path_folds_last_axis_taps_into_the_reduction(x_shape, w_shape, args, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+    q = implicit_gemm._tap_fold(p)
+    assert q is not None and q.kernel[-1] == 1 and q.in_channels == p.kernel[-1] * p.in_channels
+    assert q.out_shape == p.out_shape
+    for config in TMA_CONFIGS:
+        _check_tma(p, config, monkeypatch, "_run_tap_folded", seed=8)
+    _check_tma(p.dgrad(), TMA_CONFIGS[0], monkeypatch, "_run_tap_folded", seed=9)
+
+
+def test_tap_fold_only_where_it_halves_the_reduction_steps():
+    from ndconv.api import make_problem
+
+    def fold(x, w, **args):
+        return implicit_gemm._tap_fold(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
+
+    q = fold((16, 3000, 80), (768, 3, 80), padding=1)  # conv1d_k3_80: 9 steps of 32 -> 4 of 64
+    assert q.x_shape == (16, 3000, 240) and q.w_shape == (768, 1, 240) and q.padding_lo == (0,)
+    assert fold((64, 56, 56, 64), (64, 3, 3, 64), padding=1) is None  # r50_3x3_56: 3 steps per row either way
+    assert fold((2, 9, 32), (16, 3, 32), padding=1) is None  # 3 steps of 32 -> 3 of 32
+    assert fold((2, 9, 9, 48), (16, 3, 3, 48), padding=1) is None  # 9 steps of 16 per row -> 5 of 32: not halved
+    assert fold((2, 9, 16), (16, 3, 16), stride=2, padding=1) is None  # strided: Fold's
+    assert fold((2, 9, 9, 32), (32, 3, 3, 16), padding=1, groups=2) is None
+
+
+SPACE_TO_DEPTH_CASES = [  # strided, at most 4 input channels: stride-1 problems over a space-to-depth copy
+    pytest.param((2, 9, 10, 3), (16, 3, 3, 3), dict(stride=2, padding=1), id="3x3s2_stem"),
+    pytest.param((1, 13, 12, 3), (16, 7, 7, 3), dict(stride=2, padding=([3, 2], [3, -1]), flip=True),
+                 id="7x7s2_stem_asym_flip"),
+    pytest.param((2, 8, 8, 3), (16, 4, 4, 3), dict(stride=4), id="patchify"),
+    pytest.param((2, 11, 4), (16, 4, 4), dict(stride=2, padding=([2], [1])), id="1d_k4s2"),
+    pytest.param((1, 4, 6, 5, 2), (16, 4, 4, 4, 2), dict(stride=2, padding=1), id="3d"),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", SPACE_TO_DEPTH_CASES)
+def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+    assert implicit_gemm.tma_reason(p) is None, implicit_gemm.tma_reason(p)
+    for config in TMA_CONFIGS:
+        _check_tma(p, config, monkeypatch, "_run_space_to_depth", seed=3)
+
+
+def test_space_to_depth_shapes_and_refusals():
+    from ndconv.api import make_problem
+
+    def s2d(x, w, **args):
+        return implicit_gemm._space_to_depth(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
+
+    q = s2d((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # r50_stem_7x7s2
+    assert q.x_shape == (64, 115, 115, 16) and q.w_shape == (64, 4, 4, 16) and q.out_shape == (64, 112, 112, 64)
+    assert implicit_gemm._tap_fold(q).x_shape == (64, 115, 112, 64)  # then 4 row taps of 64 channels
+    assert s2d((2, 224, 224, 3), (768, 16, 16, 3), stride=16).w_shape == (768, 1, 1, 768)  # ViT patches: a GEMM
+    assert "at most 4" in s2d((1, 8, 8, 16), (16, 3, 3, 16), stride=2, padding=1)
+    assert "triple" in s2d((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # 1 channel padded to 8 of 16-byte rows
+    assert "dilation" in s2d((1, 9, 9, 3), (16, 3, 3, 3), stride=2, kernel_dilation=2)
+
+
 def test_fold_refusals():
     """What does not fold takes the gather kernel (tma_reason says why)."""
     from ndconv.api import make_problem
@@ -278,9 +346,9 @@ def test_fold_refusals():
         return implicit_gemm.fold_reason(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     assert "groups" in reason((1, 8, 8, 32), (32, 3, 3, 16), stride=2, groups=2)
-    assert "only the last axis" in reason((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # stem
+    assert "only the last axis" in reason((64, 56, 56, 16), (64, 3, 3, 16), stride=2, padding=1)
     assert "divisible" in reason((1, 9, 16), (16, 3, 16), stride=2)
-    assert "16-byte" in reason((1, 8, 3), (16, 3, 3), stride=2)
+    assert "16-byte" in reason((1, 8, 6), (16, 3, 6), stride=2)
     assert "padding" in reason((1, 8, 8, 16), (16, 1, 1, 16), stride=2, padding=1)
     fold = implicit_gemm._fold(make_problem((16, 3000, 768), (768, 3, 768), dtype=torch.bfloat16,
                                             device="cpu", stride=2, padding=1))
@@ -338,7 +406,8 @@ def test_tma_config_tiles():
     assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True)
     assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
-    assert config((2, 8, 80), (64, 3, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
+    assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
+    assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels (_tap_fold)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

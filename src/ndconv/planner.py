@@ -227,7 +227,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     kernel does not take. The TMA kernel keeps input gradients, asymmetric padding and
     input-dilated forwards (transposed convolutions, over output phases: convT_3x3s2 38.9
     against 45.1 us, convT_4x4s2 126.7 against 131.1), the gather kernel strided ones with
-    asymmetric padding (same_pad_s2 38 against 84 us) and small-channel stems (295 against 454).
+    asymmetric padding (same_pad_s2 38 against 84 us), the TMA kernel over a space-to-depth copy
+    strided ones with at most 4 input channels (r50_stem_7x7s2 183 against 454 us).
     cuDNN's frontend graphs (the cudnn algorithm) are never chosen here, though they measured
     fastest on several dense problems (by 1-10% of GPU time): issuing one costs about 250 us of
     host time (the frontend's Python per execution), against 20-110 us for the others, so a
@@ -249,6 +250,8 @@ def _measured_first(p: ConvProblem) -> str | None:
         return "native"
     asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
     if strided and asymmetric:  # PyTorch pads a copy first
+        return None
+    if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
         native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p)

@@ -220,6 +220,8 @@ def prepare(p, config: Config):
         if launch is None or empty:
             return None
         return allocating(p, BoundLaunch(conv_fwd_kernel, *launch, operands=views))
+    if _tap_fold(p) is not None:  # a padded copy of the input per call: run does it
+        return None
     launch = _tma_launch(p, *views, config)
     if launch is None or launch[1][1].base is not views[1]:  # not TMA, or the weight copied
         return None
@@ -430,20 +432,13 @@ def tma_config(p) -> Config:
     (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
     divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
     give every SM one (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us)."""
-    if any(s > 1 for s in p.stride):  # the tiles of the problem it folds into
-        p = _fold(p).q
+    p = _stride1_problem(p)  # the tiles of the problem it runs as
     half = p.dtype != torch.float32
     M, _, K = p.gemm_mnk
     K //= math.prod(p.input_dilation)  # a phase's reduction: about one tap in idil per axis
-    Og, Cg = p.o_per_group, p.c_per_group
-    esize = 2 if half else 4
+    Og = p.o_per_group
     block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
-    widest = 128 // esize  # one 128-byte swizzled row of shared memory
-    if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
-        block_k = next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
-    else:  # the last block is zero-filled past C: the widest step that wastes at most a quarter
-        block_k = next(bk for bk in (widest, widest // 2, widest // 4)
-                       if bk == MIN_BLOCK_K or -(-Cg // bk) * bk <= 1.25 * Cg)
+    block_k = _tma_block_k(p)
     block_m = 128
     if half and Og > 64 and (Og % 128 or M * Og < _SM_COUNT_H200 * 128 * 128):
         block_m, block_n = 256, 64
@@ -452,6 +447,16 @@ def tma_config(p) -> Config:
     warps = 4 if block_n == 64 else 8
     stages = 3 if block_n == 128 else 4
     return Config(block_m, block_n, block_k, warps, stages, tma=True)
+
+
+def _tma_block_k(p) -> int:
+    """The TMA path's reduction step over ``p``'s channels."""
+    Cg = p.c_per_group
+    widest = 128 // torch.empty((), dtype=p.dtype).element_size()  # one 128-byte swizzled row of shared memory
+    if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
+        return next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
+    # the last block is zero-filled past C: the widest step that wastes at most a quarter
+    return next(bk for bk in (widest, widest // 2, widest // 4) if bk == MIN_BLOCK_K or -(-Cg // bk) * bk <= 1.25 * Cg)
 
 
 # TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
@@ -502,7 +507,9 @@ def tma_runner(p):
     tensors do not meet TMA's rules."""
     if p.pass_ == "wgrad":
         return _run_tma_wgrad
-    return _run_folded if any(s > 1 for s in p.stride) else _run_tma
+    if any(s > 1 for s in p.stride):
+        return _run_folded if isinstance(_fold(p), Fold) else _run_space_to_depth
+    return _run_tap_folded if _tap_fold(p) is not None else _run_tma
 
 
 def _run_tma(p, x, w, out, config: Config) -> bool:
@@ -692,9 +699,24 @@ class Fold:
 
 
 def fold_reason(p) -> str | None:
-    """None when strided problem ``p`` folds (``_fold``) into one the TMA path takes, else why not."""
+    """None when strided problem ``p`` folds (``_fold``, else ``_space_to_depth``) into one the
+    TMA path takes, else why not."""
     fold = _fold(p)
-    return fold if isinstance(fold, str) else tma_reason(fold.q)
+    if isinstance(fold, Fold):
+        return tma_reason(fold.q)
+    s2d = _space_to_depth(p)
+    return f"{fold}; {s2d}" if isinstance(s2d, str) else tma_reason(s2d)
+
+
+def _stride1_problem(p):
+    """The stride-1 problem the TMA path runs for forward-kind ``p``: its Fold's, else its
+    space-to-depth one, with the last axis's taps folded where that pays (``_tap_fold``)."""
+    if p.pass_ == "wgrad":
+        return p
+    if any(s > 1 for s in p.stride):
+        fold = _fold(p)
+        p = fold.q if isinstance(fold, Fold) else _space_to_depth(p)
+    return _tap_fold(p) or p
 
 
 @lru_cache(maxsize=256)
@@ -770,3 +792,119 @@ def _run_folded(p, x, w, out, config: Config) -> bool:
         if a[0] == "step":
             x = x.narrow(1 + d, a[2], (so - 1) * a[1] + 1)[(slice(None),) * (1 + d) + (slice(None, None, a[1]),)]
     return _run_tma(q, *q.views(x.view(q.x_shape), wp.view(q.w_shape), out), config)
+
+
+# ------------------------------------- stride 1: the last axis's taps folded into the reduction
+
+@lru_cache(maxsize=256)
+def _tap_fold(p):
+    """Stride-1 ``p`` as the problem whose last axis has one tap over K3*C channels, or None
+    where that would not shorten its reduction.
+
+    The input padded along its last axis, viewed with overlapping windows (element [.., j, t*C +
+    c] is input position j + t, channel c), holds each output position's K3 taps as one
+    contiguous run of K3*C channels; the weight [O, .., K3, C] is that run already. A channel
+    count the widest reduction step does not divide wastes part of every tap's last step
+    (conv1d_k3_80: 80 channels in steps of 32, 9 steps of which 20% zeros); folded, the K3*C
+    channels take fewer, fuller steps (4 steps of 64). The cost is one padded copy of the input
+    per call where the last axis is padded, so it folds only where that halves the steps."""
+    if (p.pass_ == "wgrad" or p.groups > 1 or any(s != 1 for s in p.stride) or p.kernel[-1] == 1
+            or any(d != 1 for d in p.input_dilation) or p.kernel_dilation[-1] != 1 or tma_reason(p) is not None):
+        return None
+    C, K3 = p.in_channels, p.kernel[-1]
+    q = replace(p, x_shape=(p.batch, *p.in_spatial[:-1], p.out_spatial[-1], K3 * C),
+                   w_shape=(p.out_channels, *p.kernel[:-1], 1, K3 * C),
+                   padding_lo=(*p.padding_lo[:-1], 0), padding_hi=(*p.padding_hi[:-1], 0),
+                   kernel_dilation=(*p.kernel_dilation[:-1], 1), pass_="fwd")
+    if 2 * cdiv(K3 * C, _tma_block_k(q)) > K3 * cdiv(C, _tma_block_k(p)):  # at least halved
+        return None
+    return q
+
+
+# ------------------------------------- strided, few input channels: space-to-depth (stems)
+
+SPACE_TO_DEPTH_MAX_CHANNELS = 4  # RGB(A) inputs: the copy is small next to the convolution
+
+
+@lru_cache(maxsize=256)
+def _space_to_depth(p):
+    """Strided ``p`` with few input channels as a stride-1 problem over a space-to-depth copy
+    of its padded input, or a string saying why not.
+
+    Per axis of stride s, block a of the padded input (rows a*s .. a*s + s - 1) becomes one
+    position whose channels are the s rows' channels, so output j reads blocks j .. j +
+    ceil(K/s) - 1: a stride-1 problem of ceil(K/s) taps over prod(s)*C' channels (C' the
+    channels zero-padded to 16-byte rows; the weight rearranged to match, zero past the
+    kernel). r50_stem_7x7s2: [64, 224, 224, 3] -> [64, 115, 115, 16], 4x4 taps, whose last
+    axis's taps then fold into 64-channel steps (``_tap_fold``). The kernel's zero taps and
+    channels cost MACs (at most 3x the problem's; the 7x7 stem's 1.74x, a 3x3 stem's 2.4x), the copy reads the input
+    once and writes it about once."""
+    if p.groups > 1 or p.in_channels > SPACE_TO_DEPTH_MAX_CHANNELS:
+        return (f"space-to-depth is for ungrouped inputs of at most {SPACE_TO_DEPTH_MAX_CHANNELS} "
+                f"channels (groups {p.groups}, C {p.in_channels})")
+    if any(d != 1 for d in (*p.input_dilation, *p.kernel_dilation)):
+        return "space-to-depth needs no dilation"
+    esize = torch.empty((), dtype=p.dtype).element_size()
+    blocks = math.prod(p.stride)
+    channels = next(c for c in range(p.in_channels, p.in_channels + 16) if (blocks * c * esize) % 16 == 0)
+    taps = tuple(cdiv(k, s) for k, s in zip(p.kernel, p.stride))
+    if math.prod(taps) * blocks * channels > 3 * math.prod(p.kernel) * p.in_channels:
+        return f"space-to-depth would more than triple the MACs ({taps} taps over {blocks * channels} channels)"
+    ones = (1,) * p.ndim
+    return replace(p, x_shape=(p.batch, *(so + t - 1 for so, t in zip(p.out_spatial, taps)), blocks * channels),
+                   w_shape=(p.out_channels, *taps, blocks * channels), stride=ones, padding_lo=(0,) * p.ndim,
+                   padding_hi=(0,) * p.ndim, flip=False, pass_="fwd")
+
+
+def takes_space_to_depth(p) -> bool:
+    """True when the TMA path runs strided ``p`` over a space-to-depth copy of its input."""
+    return tma_runner(p) is _run_space_to_depth and fold_reason(p) is None
+
+
+def _blocks_to_depth(t: torch.Tensor, blocks, stride) -> torch.Tensor:
+    """[B, *(blocks*stride), C] -> [B, *blocks, prod(stride)*C], channels ordered (phase per
+    axis, channel): a copy."""
+    D = len(stride)
+    t = t.reshape(t.shape[0], *(n for b, s in zip(blocks, stride) for n in (b, s)), t.shape[-1])
+    order = (0, *range(1, 2 * D, 2), *range(2, 2 * D + 1, 2), 2 * D + 1)
+    return t.permute(order).reshape(t.shape[0], *blocks, -1)
+
+
+def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
+    """Strided ``p`` (grouped views, groups == 1) as its ``_space_to_depth`` problem on the TMA
+    path (stride 1, taps folded where that pays); False (nothing launched) where that does not
+    take these tensors."""
+    q = _space_to_depth(p)
+    if isinstance(q, str):
+        return False
+    x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
+    D, C = p.ndim, p.in_channels
+    channels = q.in_channels // math.prod(p.stride)
+    blocks, taps = q.in_spatial, q.kernel
+    pad = [0, channels - C]  # F.pad's order: last dimension first; negative padding crops
+    for d in reversed(range(D)):
+        lo = p.padding_lo[d]
+        pad += [lo, blocks[d] * p.stride[d] - lo - p.in_spatial[d]]
+    xs = _blocks_to_depth(torch.nn.functional.pad(x, pad), blocks, p.stride)
+    wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
+    wz = w.new_zeros((w.shape[0], *(t * s for t, s in zip(taps, p.stride)), channels))
+    wz[(slice(None), *(slice(0, k) for k in p.kernel), slice(0, C))] = wf
+    ws = _blocks_to_depth(wz, taps, p.stride)
+    q2 = _tap_fold(q)
+    run_q = _run_tap_folded if q2 is not None else _run_tma
+    return run_q(q, *q.views(xs, ws, out), config)
+
+
+def _run_tap_folded(p, x, w, out, config: Config) -> bool:
+    """Stride-1 ``p`` (grouped views, groups == 1) as its ``_tap_fold`` problem on the TMA path;
+    False (nothing launched) where that does not take these tensors."""
+    q = _tap_fold(p)
+    x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
+    C, D = p.in_channels, p.ndim
+    lo, hi = p.padding_lo[-1], p.padding_hi[-1]
+    if lo or hi or x.stride(-1) != 1 or x.stride(-2) != C:  # the windows need C-strided rows
+        x = torch.nn.functional.pad(x, (0, 0, lo, hi))
+    windows = x.as_strided(q.x_shape, (*x.stride()[:-2], C, 1))
+    if p.flip:  # q flips the other axes; the taps folded into the channels are flipped here
+        w = w.flip(D)
+    return _run_tma(q, *q.views(windows, w.contiguous().view(q.w_shape), out), config)
