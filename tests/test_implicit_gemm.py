@@ -244,6 +244,16 @@ def test_tma_path_input_gradient_of_strided_convolutions(x_shape, w_shape, args,
     _check_tma(p, TMA_CONFIGS[1], monkeypatch)
 
 
+@pytest.mark.parametrize("x_shape,w_shape,args", TMA_CASES + TMA_PHASE_CASES)
+def test_tma_path_persistent(x_shape, w_shape, args, monkeypatch):
+    """Programs looping over the tiles (Config.persistent; here two programs for all of them)
+    compute what one program per tile does."""
+    monkeypatch.setattr(implicit_gemm, "sm_count", lambda device: 1)
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+    for config in TMA_CONFIGS:
+        _check_tma(p, replace(config, persistent=2), monkeypatch)
+
+
 TMA_FOLD_CASES = [  # strided problems, folded into stride-1 ones over a free view of the input
     pytest.param((2, 12, 16), (8, 3, 16), dict(stride=2, padding=1), id="1d_k3s2"),
     pytest.param((2, 15, 8), (8, 4, 8), dict(stride=3, padding=([2], [1])), id="1d_k4s3_asym"),
@@ -403,7 +413,7 @@ def test_tma_config_tiles():
 
     assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 4, tma=True)
     assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(256, 128, 64, 8, 3, tma=True)
-    assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True)
+    assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True, persistent=1)
     assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled

@@ -5,6 +5,7 @@ config that fails or raises is reported and skipped. Prints a table, writes JSON
 
     PYTHONPATH=src python3 tools/depthwise_sweep.py --out dw.json
     PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw7x7_56:fwd --max 9
+    PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw3x3_56:fwd --where 'c == base or c.channels_fastest'
 """
 
 from __future__ import annotations
@@ -125,17 +126,22 @@ def main():
     parser.add_argument("--cases", nargs="+", help="CASE:PASS entries (default: the built-in sweep)")
     parser.add_argument("--max", type=int, help="configs per case (default: per case)")
     parser.add_argument("--budget", type=float, default=220, help="seconds before the rest is skipped")
+    parser.add_argument("--where", help="a Python expression of c (a config) and base (the default): "
+                                        "only the configs for which it is true, e.g. 'c == base or c.unroll < 8'")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     cases = {c.name: c for c in suites.load_suite("public")}
     plan = SWEEP
     if args.cases:
         plan = [(*entry.split(":"), 7) for entry in args.cases]
+    if args.where:
+        where = compile(args.where, "--where", "eval")
+        plan = [(name, pass_, lambda c, base: eval(where, {"c": c, "base": base})) for name, pass_, _ in plan]
     deadline = time.monotonic() + args.budget
     rows = []
     for name, pass_, count in plan:
         try:
-            rows += sweep_case(cases[name], pass_, args.max or count, deadline)
+            rows += sweep_case(cases[name], pass_, count if args.where else args.max or count, deadline)
         except Exception as e:  # noqa: BLE001 - e.g. the reference itself failing
             print(f"{name} {pass_}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             rows.append({"case": name, "pass": pass_, "error": f"{type(e).__name__}: {str(e)[:300]}"})

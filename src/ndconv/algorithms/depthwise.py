@@ -116,7 +116,10 @@ def default_config(p) -> Config:
     8-tap chunks, 7 (1569 us, 4: 2597). 1-D: 8 (2*K3 for k4). Kernels of at most 3 taps per
     axis (2-D, 3-D) launch a tile's channel blocks as consecutive programs, so that whole
     channel rows of the input are read from HBM together: dw3x3_56 71 -> 61 us (dw3x3s2_112 69
-    either way; dw7x7_56, which is bound by FMA issue, 110 -> 128, so not there).
+    either way; dw7x7_56, which is bound by FMA issue, 110 -> 128, so not there). dw3x3_56's
+    forward takes 168 registers per thread (3 CTAs of 4 warps per SM, 19% occupancy; ncu: 4.7
+    cycles per issued instruction, DRAM at 30% of peak); capping them (maxnreg 128, 96, 72)
+    spilled and ran 1.2-10x slower on every depthwise case.
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of

@@ -236,13 +236,13 @@ def conv_wgrad_kernel(
 @triton.jit
 def conv_fwd_tma_kernel(
     x_desc, w_desc, y, phase_ptr,
-    N, CG, OG, NPHASE,
+    N, G, CG, OG, NPHASE,
     Q1, Q2, Q3, K1, K2, K3, PJ1, PJ2, PJ3, PT1, PT2, PT3, US1, US2, US3,
     syn, sy1, sy2, sy3, syg, syo,
     FLIP: tl.constexpr, Y_TMA: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     """y[n, j, g, o] = sum_{t, c} x[n, (j + t*kd - lo) / idil, g, c] * w[g, o, t, c] at stride 1,
     every operand tile a TMA box. Per output phase (``phase_ptr`` as in conv_fwd_kernel: at
@@ -258,60 +258,68 @@ def conv_fwd_tma_kernel(
     reshapes, where it would load an A operand into registers. Q1..Q3: the most rows any phase
     has per axis. Y_TMA (one phase of all the outputs): ``y`` is a descriptor of the output
     [N, SO1, SO2, SO3, G*OG] and the tile leaves in one TMA store (clipped at the output's
-    edges by the hardware); else ``y`` is a pointer and rows j = r + PJ*q are stored with masks."""
+    edges by the hardware); else ``y`` is a pointer and rows j = r + PJ*q are stored with masks.
+
+    Tiles are numbered (group and phase, position box, output-channel tile), the last fastest:
+    a tile's output-channel tiles share its x boxes in L2. The grid has one program per tile,
+    or (PERSISTENT) fewer programs, each looping over tiles with its loops flattened into one,
+    so that the next tile's loads are in flight during this tile's epilogue (short reductions
+    spend much of a tile there)."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     n_tiles = tl.cdiv(OG, BLOCK_N)
-    pid_m = tl.program_id(0) // n_tiles  # output-channel tiles fastest: they share the x boxes in L2
-    pid_n = tl.program_id(0) % n_tiles
-    pid_z = tl.program_id(1)
-    g = pid_z // NPHASE
-    r1, C1, A1, T01, NT1, r2, C2, A2, T02, NT2, r3, C3, A3, T03, NT3 = _phase(phase_ptr, pid_z % NPHASE)
     T3 = tl.cdiv(Q3, B3)
     T2 = tl.cdiv(Q2, B2)
     T1 = tl.cdiv(Q1, B1)
-    q3 = pid_m % T3 * B3  # the box's first row, per axis
-    q2 = pid_m // T3 % T2 * B2
-    q1 = pid_m // (T3 * T2) % T1 * B1
-    b0 = pid_m // (T3 * T2 * T1) * BB
-    o0 = g * OG + pid_n * BLOCK_N
-    c_base = g * CG
-    live = (q1 < C1) & (q2 < C2) & (q3 < C3)  # this phase may have fewer rows than Q
+    mn_tiles = tl.cdiv(N, BB) * T1 * T2 * T3 * n_tiles
+    for tile in tl.range(tl.program_id(0), G * NPHASE * mn_tiles, tl.num_programs(0), flatten=PERSISTENT):
+        pid_m = tile % mn_tiles // n_tiles
+        pid_n = tile % n_tiles
+        pid_z = tile // mn_tiles
+        g = pid_z // NPHASE
+        r1, C1, A1, T01, NT1, r2, C2, A2, T02, NT2, r3, C3, A3, T03, NT3 = _phase(phase_ptr, pid_z % NPHASE)
+        q3 = pid_m % T3 * B3  # the box's first row, per axis
+        q2 = pid_m // T3 % T2 * B2
+        q1 = pid_m // (T3 * T2) % T1 * B1
+        b0 = pid_m // (T3 * T2 * T1) * BB
+        o0 = g * OG + pid_n * BLOCK_N
+        c_base = g * CG
+        live = (q1 < C1) & (q2 < C2) & (q3 < C3)  # this phase may have fewer rows than Q
 
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    # the tap (u1, u2, u3) and channel block c0 advance as counters: one flat loop to pipeline
-    u1 = pid_m * 0
-    u2 = u1
-    u3 = u1
-    c0 = u1
-    for kk in range(tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K)):
-        a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
-        a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
-        t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
-        t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
-        t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
-        b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
-        acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
-        c0, u3 = _carry(c0 + BLOCK_K, u3, CG)
-        u3, u2 = _carry(u3, u2, NT3)
-        u2, u1 = _carry(u2, u1, NT2)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        # the tap (u1, u2, u3) and channel block c0 advance as counters: one flat loop to pipeline
+        u1 = pid_m * 0
+        u2 = u1
+        u3 = u1
+        c0 = u1
+        for kk in range(tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K)):
+            a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
+            a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
+            t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
+            t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
+            t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
+            b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
+            acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
+            c0, u3 = _carry(c0 + BLOCK_K, u3, CG)
+            u3, u2 = _carry(u3, u2, NT3)
+            u2, u1 = _carry(u2, u1, NT2)
 
-    if Y_TMA:
-        y.store([b0, q1, q2, q3, o0], tl.trans(acc).to(y.dtype).reshape(BB, B1, B2, B3, BLOCK_N))
-    else:
-        offs_m = tl.arange(0, BLOCK_M)
-        i3 = q3 + offs_m % B3
-        i2 = q2 + offs_m // B3 % B2
-        i1 = q1 + offs_m // (B3 * B2) % B1
-        n = b0 + offs_m // (B3 * B2 * B1)
-        mask_m = (n < N) & (i1 < C1) & (i2 < C2) & (i3 < C3)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < OG
-        if INT64:
-            n = n.to(tl.int64)
-            g = g.to(tl.int64)
-        y_rows = y + n * syn + (r1 + PJ1 * i1) * sy1 + (r2 + PJ2 * i2) * sy2 + (r3 + PJ3 * i3) * sy3 + g * syg
-        tl.store(y_rows[:, None] + (offs_n * syo)[None, :], tl.trans(acc).to(y.dtype.element_ty),
-                 mask=mask_m[:, None] & mask_n[None, :])
+        if Y_TMA:
+            y.store([b0, q1, q2, q3, o0], tl.trans(acc).to(y.dtype).reshape(BB, B1, B2, B3, BLOCK_N))
+        else:
+            offs_m = tl.arange(0, BLOCK_M)
+            i3 = q3 + offs_m % B3
+            i2 = q2 + offs_m // B3 % B2
+            i1 = q1 + offs_m // (B3 * B2) % B1
+            n = b0 + offs_m // (B3 * B2 * B1)
+            mask_m = (n < N) & (i1 < C1) & (i2 < C2) & (i3 < C3)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < OG
+            if INT64:
+                n = n.to(tl.int64)
+                g = g.to(tl.int64)
+            y_rows = y + n * syn + (r1 + PJ1 * i1) * sy1 + (r2 + PJ2 * i2) * sy2 + (r3 + PJ3 * i3) * sy3 + g * syg
+            tl.store(y_rows[:, None] + (offs_n * syo)[None, :], tl.trans(acc).to(y.dtype.element_ty),
+                     mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit
