@@ -223,8 +223,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     or more in half precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13
     0.32 against 0.54, 1-D k=64 0.16 against 0.75; it loses at 49 taps (dw7x7_56 0.17 against
     0.11) and 16 (1-D k=16 0.13 against 0.09); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
-    conv3d, and 1-D ones through a 2-D convolution: within 0-30%); and strided problems the TMA
-    kernel does not take. The TMA kernel keeps input gradients, asymmetric padding and
+    conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more than 128
+    output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA kernel: 97
+    against 110 us, fp16 98 against 107); and
+    strided problems the TMA kernel does not take. The TMA kernel keeps input gradients, asymmetric padding and
     input-dilated forwards (transposed convolutions, over output phases: convT_3x3s2 38.9
     against 45.1 us, convT_4x4s2 126.7 against 131.1), the gather kernel strided ones with
     asymmetric padding (same_pad_s2 38 against 84 us), the TMA kernel over a space-to-depth copy
@@ -254,7 +256,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
-        native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p)
+        ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
+        native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
                   and not any(d > 1 for d in p.input_dilation))
         return "native" if native else None
     return None if implicit_gemm.default_config(p).packed else "native"
