@@ -54,6 +54,26 @@ def test_algorithm_matches_reference(case, pass_, name, dtype):
     assert report.ok, f"{name} on {p}: {report}"
 
 
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_native_input_gradient_both_ways(case):
+    """native's input gradient through convolution_backward of the forward it comes from
+    (forward_of_dgrad undoes ConvProblem.dgrad) and as the forward problem over dy: every
+    formulation of either kind matches the reference, through run and its prepared call."""
+    from ndconv.algorithms import native
+
+    d = case.problem(dtype=torch.float32, device=DEVICE).dgrad()
+    assert native.forward_of_dgrad(d).dgrad() == d
+    names = native.configs(d)
+    backward = [n.startswith(native.BACKWARD) for n in names]
+    assert any(backward) and not all(backward) and backward[0] == (d.groups == 1)
+    a, b = testing.random_operands(d, 3, device=DEVICE)
+    ref = testing.reference_result(d, a, b)
+    for name in names:
+        report = testing.check("native", d, seed=3, config=name)
+        assert report.ok, f"{name} on {d}: {report}"
+        testing.assert_close(native.prepare(d, name)(a, b), ref, testing.tolerance(d), name)
+
+
 def test_small_group_algorithms_take_their_problems_and_say_why_they_refuse_others():
     from ndconv.algorithms import depthwise, grouped
 

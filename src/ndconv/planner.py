@@ -214,23 +214,30 @@ def _choose(p: ConvProblem) -> Plan:
 
 
 def _measured_first(p: ConvProblem) -> str | None:
-    """The algorithm that the H200 benchmark (docs/PERFORMANCE.md, bf16, 2026-11-29) measured
+    """The algorithm that the H200 benchmark (docs/PERFORMANCE.md, bf16, 2026-11-29/30) measured
     fastest on ``p``'s kind of problem where that is not the preference order's first, else
-    None. PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it
-    on the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
+    None.
+
+    PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on
+    the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
     conv1d: depthwise 64 us against 1.47 ms); 2-D depthwise kernels of 3x3 and less (dw3x3_56
-    56 us either way). The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps
-    or more in half precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13
-    0.32 against 0.54, 1-D k=64 0.16 against 0.75; it loses at 49 taps (dw7x7_56 0.17 against
-    0.11) and 16 (1-D k=16 0.13 against 0.09); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
+    56 us either way); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
     conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more than 128
-    output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA kernel: 97
-    against 110 us, fp16 98 against 107); and
-    strided problems the TMA kernel does not take. The TMA kernel keeps input gradients, asymmetric padding and
-    input-dilated forwards (transposed convolutions, over output phases: convT_3x3s2 38.9
-    against 45.1 us, convT_4x4s2 126.7 against 131.1), the gather kernel strided ones with
-    asymmetric padding (same_pad_s2 38 against 84 us), the TMA kernel over a space-to-depth copy
-    strided ones with at most 4 input channels (r50_stem_7x7s2 183 against 454 us).
+    output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA kernel:
+    97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA kernel
+    takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
+    against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221); and strided problems
+    the TMA kernel does not take.
+
+    The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps or more in half
+    precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13 0.32 against
+    0.54, 1-D k=64 0.16 against 0.75; it loses at 49 taps (dw7x7_56 0.17 against 0.11) and 16
+    (1-D k=16 0.13 against 0.09). The TMA kernel keeps asymmetric padding and input-dilated
+    forwards (transposed convolutions, over output phases: convT_3x3s2 38.9 against 45.1 us,
+    convT_4x4s2 126.7 against 131.1) and strided ones with at most 4 input channels, over a
+    space-to-depth copy (r50_stem_7x7s2 183 against 454 us); the gather kernel strided ones
+    with asymmetric padding (same_pad_s2 38 against 84 us).
+
     cuDNN's frontend graphs (the cudnn algorithm) are never chosen here, though they measured
     fastest on several dense problems (by 1-10% of GPU time): issuing one costs about 250 us of
     host time (the frontend's Python per execution), against 20-110 us for the others, so a
@@ -256,6 +263,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
+        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad)
+            return "native" if p.groups == 1 and not _host_bound(p) else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
         native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
                   and not any(d > 1 for d in p.input_dilation))

@@ -14,8 +14,12 @@ gradient passes are ``aten.convolution_backward`` of the same formulation; the w
 reuses the forward's pre-processed input (a training step computed it already).
 
 As an algorithm, ``native`` runs a problem's first formulation (``configs`` lists them all).
-The input gradient is run as the forward problem it is (over dy), the weight gradient through
-``convolution_backward`` of the forward geometry.
+The weight gradient runs through ``convolution_backward`` of the forward geometry. The input
+gradient has both: ``convolution_backward`` of the forward it comes from (what PyTorch's
+autograd runs; first for ungrouped problems, where cuDNN's backward-data kernels measured
+faster on the H200: r50_3x3_56 40 against 52 us, r50_3x3_14 31 against 43), or the forward
+problem it is, over dy (first for grouped and depthwise ones: dw7x7_56 148 against 336 us,
+grouped3x3_g32 102 against 116).
 """
 
 from __future__ import annotations
@@ -275,9 +279,31 @@ def supports(p):
     return True, "PyTorch's own convolution (cuDNN / oneDNN) through its fastest formulation"
 
 
+BACKWARD = "backward of "  # an input gradient's formulations through convolution_backward
+
+
 def configs(p) -> list[str]:
-    """Formulation names for this pass (the weight gradient's are its forward geometry's)."""
-    return [f.name for f in formulations(*_forward_of(p))]
+    """Formulation names for this pass (the weight gradient's are its forward geometry's; an
+    input gradient's also its forward's backward-data ones, named BACKWARD + name)."""
+    names = [f.name for f in formulations(*_forward_of(p))]
+    if p.pass_ != "dgrad":
+        return names
+    backward = [BACKWARD + f.name for f in formulations(forward_of_dgrad(p), "dgrad")]
+    return backward + names if p.groups == 1 else names + backward
+
+
+def forward_of_dgrad(d: ConvProblem) -> ConvProblem:
+    """The forward problem whose input gradient is ``d`` (``ConvProblem.dgrad`` undone), with the
+    least high padding that gives its output size: the input gradient does not depend on it."""
+    lo = tuple(sp - 1 - a for sp, a in zip(d.span, d.padding_lo))
+    stride, idil = d.input_dilation, d.stride
+    dilated = [(s - 1) * i + 1 for s, i in zip(d.out_spatial, idil)]
+    hi = tuple((so - 1) * st + sp - di - a
+               for so, st, sp, di, a in zip(d.in_spatial, stride, d.span, dilated, lo))
+    return ConvProblem(
+        (d.batch, *d.out_spatial, d.out_channels), (d.in_channels, *d.kernel, d.out_channels // d.groups),
+        stride, lo, hi, d.kernel_dilation, idil, d.groups, not d.flip, d.dtype, d.device, d.allow_tf32, "fwd",
+    )
 
 
 def default_config(p) -> str:
@@ -304,19 +330,23 @@ def _forward_of(p):
 
 
 def _formulation(p, config: str | None):
-    forward, pass_ = _forward_of(p)
+    """(formulation, whether it takes the forward's weight) of ``config`` (a ``configs`` name)."""
     name = config or default_config(p)
-    return next(f for f in formulations(forward, pass_) if f.name == name)
+    if name.startswith(BACKWARD):
+        name = name[len(BACKWARD):]
+        return next(f for f in formulations(forward_of_dgrad(p), "dgrad") if f.name == name), True
+    forward, pass_ = _forward_of(p)
+    return next(f for f in formulations(forward, pass_) if f.name == name), False
 
 
 def run(p, x, w, out, config: str | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
-    f = _formulation(p, config)
+    f, forward_weight = _formulation(p, config)
     if p.pass_ == "wgrad":
         x, dy, dw, _ = p.wgrad_natural(x, w, out)
         a, b, target = x.flatten(-2), dy.flatten(-2), dw.flatten(0, 1)
-    else:
-        a, b, target = x.flatten(-2), w.flatten(0, 1), out
+    else:  # an input gradient's w [G, C/G, *K, O/G] is the forward's [G, O/G, *K, C/G] transposed
+        a, b, target = x.flatten(-2), (w.transpose(1, -1) if forward_weight else w).flatten(0, 1), out
     result = f.to_natural(f.run(*f.prepare(a, b)))
     target.copy_(result.reshape(target.shape))
 
@@ -324,10 +354,10 @@ def run(p, x, w, out, config: str | None = None):
 def prepare(p, config: str | None):
     """``p``'s call on the pass's natural operands, returning PyTorch's result itself (no copy
     into a separate output: it already has the natural layout, channels last)."""
-    f, shape, G = _formulation(p, config), p.result_shape, p.groups
+    (f, forward_weight), shape, G = _formulation(p, config), p.result_shape, p.groups
 
     def call(a, b):
-        if p.pass_ == "dgrad":  # the forward weight [O, *K, C/G] as the dgrad's [C, *K, O/G]
+        if p.pass_ == "dgrad" and not forward_weight:  # the forward weight [O, *K, C/G] as the dgrad's [C, *K, O/G]
             b = b.unflatten(0, (G, -1)).transpose(1, -1).flatten(0, 1)
         return f.to_natural(f.run(*f.prepare(a, b))).reshape(shape).contiguous()
     return call
