@@ -334,6 +334,25 @@ def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, m
         _check_tma(p, config, monkeypatch, "_run_space_to_depth", seed=3)
 
 
+@pytest.mark.parametrize("shape,blocks,stride,lo,channels", [
+    ((2, 9, 10, 3), (5, 6), (2, 2), (1, 2), 4),  # a stem: pads, blocks, channels 3 -> 4
+    ((1, 7, 5), (4,), (2,), (-1,), 5),  # a crop on the low side, zeros past the end
+    ((2, 3, 4, 6, 2), (3, 4, 9), (1, 1, 1), (0, 0, 2), 2),  # the tap fold's pad: last axis only
+    ((1, 4, 5, 3, 3), (2, 3, 2), (2, 2, 2), (0, 1, 1), 4),
+])
+def test_padded_blocks_matches_pad_then_permute(shape, blocks, stride, lo, channels):
+    x = torch.randn(shape, device=DEVICE).to(torch.bfloat16)
+    D = len(blocks)
+    pad = [0, channels - shape[-1]]  # F.pad's order, last dimension first; negative pads crop
+    for d in reversed(range(D)):
+        pad += [lo[d], blocks[d] * stride[d] - lo[d] - shape[1 + d]]
+    xp = torch.nn.functional.pad(x, pad)
+    expected = xp.reshape(shape[0], *(n for b, s in zip(blocks, stride) for n in (b, s)), channels)
+    expected = expected.permute(0, *range(1, 2 * D, 2), *range(2, 2 * D + 1, 2), 2 * D + 1)
+    got = implicit_gemm.padded_blocks(x, blocks, stride, lo, channels)
+    assert torch.equal(got, expected.reshape(shape[0], *blocks, -1))
+
+
 def test_space_to_depth_shapes_and_refusals():
     from ndconv.api import make_problem
 
@@ -419,6 +438,8 @@ def test_tma_config_tiles():
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
     assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels (_tap_fold)
+    stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
+    assert (stem.block_m, stem.block_n, stem.block_k, stem.persistent) == (128, 64, 64, 2)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

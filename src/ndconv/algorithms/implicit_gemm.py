@@ -435,7 +435,9 @@ def tma_config(p) -> Config:
     give every SM one (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us). Those 256 x 64 tiles (one
     warpgroup, one CTA per SM) run as one persistent program per SM, whose flattened loop
     overlaps a tile's epilogue with the next tile's loads: unet_3x3_64 103 -> 95-97 us,
-    r50_3x3_7 34 -> 31 (the other tiles measured within 2% or slower that way)."""
+    r50_3x3_7 34 -> 31 (the other tiles measured within 2% or slower that way). Reductions of
+    at most 256 run two persistent programs per SM: r50_stem_7x7s2 127 -> 117 us (its
+    space-to-depth problem: 256 = 4 row taps x 64), conv1d_k3_80 and r50_1x1_56 within 2%."""
     p = _stride1_problem(p)  # the tiles of the problem it runs as
     half = p.dtype != torch.float32
     M, _, K = p.gemm_mnk
@@ -450,7 +452,7 @@ def tma_config(p) -> Config:
         block_m = 256
     warps = 4 if block_n == 64 else 8
     stages = 3 if block_n == 128 else 4
-    persistent = 1 if (block_m, block_n) == (256, 64) else 0
+    persistent = 1 if (block_m, block_n) == (256, 64) else 2 if K <= 256 else 0
     return Config(block_m, block_n, block_k, warps, stages, tma=True, persistent=persistent)
 
 
@@ -873,13 +875,28 @@ def takes_space_to_depth(p) -> bool:
     return tma_runner(p) is _run_space_to_depth and fold_reason(p) is None
 
 
-def _blocks_to_depth(t: torch.Tensor, blocks, stride) -> torch.Tensor:
-    """[B, *(blocks*stride), C] -> [B, *blocks, prod(stride)*C], channels ordered (phase per
-    axis, channel): a copy."""
-    D = len(stride)
-    t = t.reshape(t.shape[0], *(n for b, s in zip(blocks, stride) for n in (b, s)), t.shape[-1])
-    order = (0, *range(1, 2 * D, 2), *range(2, 2 * D + 1, 2), 2 * D + 1)
-    return t.permute(order).reshape(t.shape[0], *blocks, -1)
+def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int) -> torch.Tensor:
+    """x [N, *S, C] padded by ``lo`` per axis (negative crops) and with zeros past its end, its
+    channels zero-padded to ``channels``, as [N, *blocks, prod(stride)*channels]: position b of
+    an axis of stride s holds the padded rows b*s .. b*s + s - 1, channels ordered (row phase
+    per axis, channel). One Triton pass: on the stem's 19 MB input, F.pad took 41 us and F.pad
+    then the permuted copy 80 us on the H200 (the weight's copy, tiny, is one too)."""
+    from .implicit_gemm_kernels import padded_blocks_kernel
+
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    D, N, C = len(blocks), x.shape[0], x.shape[-1]
+    width = math.prod(stride) * channels
+    y = torch.empty((N, *blocks, width), dtype=x.dtype, device=x.device)
+    rows = N * math.prod(blocks)
+    cols = 1 << (width - 1).bit_length()
+    block_r = max(1, min(128, 4096 // cols))
+    padded_blocks_kernel[(cdiv(rows, block_r),)](
+        x, y, rows, *pad3(blocks, 1), *pad3(x.shape[1:-1], 1), *pad3(lo, 0), C,
+        x.stride(0), *spatial_strides(x, 1, D),
+        *pad3(stride, 1), channels, cols, block_r, needs_int64(x, y), num_warps=4,
+    )
+    return y
 
 
 def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
@@ -890,20 +907,12 @@ def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     if isinstance(q, str):
         return False
     x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
-    D, C = p.ndim, p.in_channels
+    D = p.ndim
     channels = q.in_channels // math.prod(p.stride)
-    blocks, taps = q.in_spatial, q.kernel
-    pad = [0, channels - C]  # F.pad's order: last dimension first; negative padding crops
-    for d in reversed(range(D)):
-        lo = p.padding_lo[d]
-        pad += [lo, blocks[d] * p.stride[d] - lo - p.in_spatial[d]]
-    xs = _blocks_to_depth(torch.nn.functional.pad(x, pad), blocks, p.stride)
+    xs = padded_blocks(x, q.in_spatial, p.stride, p.padding_lo, channels)
     wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
-    wz = w.new_zeros((w.shape[0], *(t * s for t, s in zip(taps, p.stride)), channels))
-    wz[(slice(None), *(slice(0, k) for k in p.kernel), slice(0, C))] = wf
-    ws = _blocks_to_depth(wz, taps, p.stride)
-    q2 = _tap_fold(q)
-    run_q = _run_tap_folded if q2 is not None else _run_tma
+    ws = padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
+    run_q = _run_tap_folded if _tap_fold(q) is not None else _run_tma
     return run_q(q, *q.views(xs, ws, out), config)
 
 
@@ -915,7 +924,7 @@ def _run_tap_folded(p, x, w, out, config: Config) -> bool:
     C, D = p.in_channels, p.ndim
     lo, hi = p.padding_lo[-1], p.padding_hi[-1]
     if lo or hi or x.stride(-1) != 1 or x.stride(-2) != C:  # the windows need C-strided rows
-        x = torch.nn.functional.pad(x, (0, 0, lo, hi))
+        x = padded_blocks(x, (*p.in_spatial[:-1], p.in_spatial[-1] + lo + hi), (1,) * D, (0,) * (D - 1) + (lo,), C)
     windows = x.as_strided(q.x_shape, (*x.stride()[:-2], C, 1))
     if p.flip:  # q flips the other axes; the taps folded into the channels are flipped here
         w = w.flip(D)
