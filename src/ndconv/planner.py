@@ -235,7 +235,7 @@ def _measured_first(p: ConvProblem) -> str | None:
     (1-D k=16 0.13 against 0.09). The TMA kernel keeps asymmetric padding and input-dilated
     forwards (transposed convolutions, over output phases: convT_3x3s2 38.9 against 45.1 us,
     convT_4x4s2 126.7 against 131.1) and strided ones with at most 4 input channels, over a
-    space-to-depth copy (r50_stem_7x7s2 183 against 454 us); the gather kernel strided ones
+    space-to-depth copy (r50_stem_7x7s2 118 against 454 us); the gather kernel strided ones
     with asymmetric padding (same_pad_s2 38 against 84 us).
 
     cuDNN's frontend graphs (the cudnn algorithm) are never chosen here, though they measured
