@@ -290,9 +290,10 @@ TAP_FOLD_CASES = [  # stride 1, channel counts whose taps fold into at most half
 ]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("x_shape,w_shape,args", TAP_FOLD_CASES)
-def test_tma_path_folds_last_axis_taps_into_the_reduction(x_shape, w_shape, args, monkeypatch):
-    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+def test_tma_path_folds_last_axis_taps_into_the_reduction(x_shape, w_shape, args, dtype, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, dtype)
     q = implicit_gemm._tap_fold(p)
     assert q is not None and q.kernel[-1] == 1 and q.in_channels == p.kernel[-1] * p.in_channels
     assert q.out_shape == p.out_shape
@@ -326,9 +327,10 @@ SPACE_TO_DEPTH_CASES = [  # strided, at most 4 input channels: stride-1 problems
 ]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("x_shape,w_shape,args", SPACE_TO_DEPTH_CASES)
-def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, monkeypatch):
-    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, dtype, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, dtype)
     assert implicit_gemm.tma_reason(p) is None, implicit_gemm.tma_reason(p)
     for config in TMA_CONFIGS:
         _check_tma(p, config, monkeypatch, "_run_space_to_depth", seed=3)
