@@ -193,11 +193,28 @@ def test_autotune_is_used_by_the_functions_and_can_be_turned_off(fakes):
     assert planner.plan(_problem(c=3)).source == "heuristic"
 
 
-def test_autotune_from_the_environment():
+@pytest.mark.parametrize("value,setting", [("1", "True"), ("gpu", "gpu"), ("0", "False"), ("often", "False")])
+def test_autotune_from_the_environment(value, setting):
     code = "import ndconv.planner as p; print(p.autotuning())"
-    env = dict(os.environ, PYTHONPATH=SRC, NDCONV_AUTOTUNE="1")
+    env = dict(os.environ, PYTHONPATH=SRC, NDCONV_AUTOTUNE=value)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert out.stdout.strip() == setting
+    assert ("autotuning stays off" in out.stderr) == (value == "often")
+
+
+def test_autotune_ranks_by_call_time_or_by_gpu_time(fakes, monkeypatch):
+    """Ranked by call time, a candidate's host time counts (here every call costs 1 s to issue,
+    so all tie and the first registered, slow, stays); ranked by GPU time it does not (fast).
+    The two rankings are tuned and cached apart."""
+    monkeypatch.setattr(tuning, "_host_ms", lambda call, a, b: 1e3)
+    p = _problem()
+    ndconv.autotune(True)
+    assert planner.plan(p).name == "slow"
+    assert ndconv.autotune("gpu") is True and planner.autotuning() == "gpu"
+    assert planner.plan(p).name == "fast"
+    assert tuning.store().get(p).algorithm == "slow" and tuning.store().get(p, "gpu").algorithm == "fast"
+    with pytest.raises(ValueError, match="'call' or 'gpu'"):
+        ndconv.autotune("sometimes")
 
 
 def test_concurrent_threads_tune_a_problem_once(fakes, monkeypatch):

@@ -1,8 +1,8 @@
 """The planner: which algorithm runs a problem, and why.
 
 ``plan(p)`` returns the forced algorithm (``algorithm=`` or ``NDCONV_ALGORITHM``), else with
-autotuning on (``autotune(True)`` or ``NDCONV_AUTOTUNE=1``) the measured fastest correct
-candidate (see ``tuning``), else the first algorithm in preference order that supports ``p``.
+autotuning on (``autotune(True)`` or ``NDCONV_AUTOTUNE=1``; ``"gpu"`` ranks by GPU time alone)
+the measured fastest correct candidate (see ``tuning``), else the first algorithm in preference order that supports ``p``.
 Plans are kept in a thread-safe LRU keyed by the problem (``NDCONV_PLAN_CACHE_SIZE`` entries,
 default 128), so a repeated problem costs one dictionary lookup. ``explain(p)`` shows the whole
 decision.
@@ -123,19 +123,41 @@ def cache_capacity() -> int:
 
 _plans = LRU(cache_capacity())
 _calls = LRU(cache_capacity())
-_autotune = os.environ.get(ENV_AUTOTUNE, "0") not in ("", "0")
 _tune_lock = threading.Lock()  # one tuning at a time: concurrent timings would disturb each other
 
 
-def autotune(enabled: bool = True) -> bool:
-    """Turns autotuning on or off for this process; returns the previous setting."""
+def _autotune_mode(value) -> str | None:
+    """None (off), "call" or "gpu" from autotune()'s argument or NDCONV_AUTOTUNE's value."""
+    if value in (None, False, "", "0"):
+        return None
+    if value in tuning.RANKINGS:
+        return value
+    if value is True or value == "1":
+        return "call"
+    raise ValueError(f"autotune: expected True, False, 'call' or 'gpu' ({ENV_AUTOTUNE}: 0, 1 or gpu), "
+                     f"got {value!r}")
+
+
+try:
+    _autotune = _autotune_mode(os.environ.get(ENV_AUTOTUNE))
+except ValueError as e:
+    warnings.warn(f"{e}; autotuning stays off", stacklevel=1)
+    _autotune = None
+
+
+def autotune(enabled: bool | str = True) -> bool | str:
+    """Turns autotuning on or off for this process; returns the previous setting. ``True`` (or
+    ``"call"``) ranks candidates by the time of a call, the larger of its GPU time and the host
+    time to issue it; ``"gpu"`` by GPU time alone, for code whose calls cost no host time
+    (replayed CUDA graphs)."""
     global _autotune
-    previous, _autotune = _autotune, bool(enabled)
+    previous, _autotune = autotuning(), _autotune_mode(enabled)
     return previous
 
 
-def autotuning() -> bool:
-    return _autotune
+def autotuning() -> bool | str:
+    """The autotuning setting: False (off), True (ranked by call time) or "gpu"."""
+    return {None: False, "call": True}.get(_autotune, _autotune)
 
 
 def clear_cache() -> None:
@@ -177,7 +199,7 @@ def plan(p: ConvProblem, algorithm: str | None = None) -> Plan:
     if algorithm is None:
         algorithm = os.environ.get(ENV_ALGORITHM) or None
         source = ENV_ALGORITHM
-    key = (p, "tuned" if _autotune else None) if algorithm is None else (p, algorithm, source)
+    key = (p, _autotune) if algorithm is None else (p, algorithm, source)
     found = _plans.get(key)
     if found is None:
         if algorithm is not None:
@@ -295,19 +317,19 @@ def _tuned_plan(tuned: tuning.Tuned) -> Plan:
 
 def _tuned(p: ConvProblem) -> Plan:
     """The tuned plan of ``p``: from memory or the persistent cache, else measured now."""
-    store = tuning.store()
-    tuned = store.get(p)
+    store, rank = tuning.store(), _autotune
+    tuned = store.get(p, rank)
     if tuned is None:
         with _tune_lock:
-            tuned = store.get(p)  # another thread may have tuned it meanwhile
+            tuned = store.get(p, rank)  # another thread may have tuned it meanwhile
             if tuned is None:
                 heuristic = _choose(p)
-                tuned = tuning.tune(p, heuristic.name)
+                tuned = tuning.tune(p, heuristic.name, rank)
                 if tuned is None:
                     warnings.warn(f"autotune: no candidate computed {p} correctly; using the heuristic "
                                   "choice", stacklevel=4)
                     return heuristic
-                store.put(p, tuned)
+                store.put(p, tuned, rank)
     return _tuned_plan(tuned)
 
 
@@ -347,7 +369,7 @@ def explain(p: ConvProblem, algorithm: str | None = None) -> Explanation:
     autotuning on, an untuned pass shows the heuristic choice that tuning would start from."""
     rows, plans, notes = [], {}, {}
     for q in (p, p.dgrad(), p.wgrad()):
-        tuned = tuning.store().get(q)
+        tuned = tuning.store().get(q, _autotune or "call")
         note = ""
         if algorithm is not None or os.environ.get(ENV_ALGORITHM):
             chosen = plan(q, algorithm)

@@ -13,8 +13,11 @@ or ``~/.cache/ndconv``)::
     {"version": 1, "entries": {KEY: {"algorithm": NAME, "config": CONFIG,
                                      "timings_ms": {NAME: {CONFIG_LABEL: MS}}, "rejected": {...}}}}
 
-KEY names the device, the torch / Triton / ndconv versions and the problem, so results of another
-GPU or another version are never used. A config is stored as its dataclass fields (or as itself
+KEY names the device, the torch / Triton / ndconv versions, the problem and the ranking, so
+results of another GPU or another version are never used. Candidates are ranked (``RANKINGS``)
+by the time of a call, the larger of its GPU time and the host time to issue it ("call": a
+call cannot finish before it is issued), or by GPU time alone ("gpu": for calls replayed from
+CUDA graphs, which cost no host time). A config is stored as its dataclass fields (or as itself
 when it is a string or None) and rebuilt through the algorithm's ``default_config``. Writers merge
 with the file's current content under a lock file and replace the file atomically, so concurrent
 processes neither corrupt it nor lose each other's entries. A corrupt or foreign file, or an
@@ -45,6 +48,7 @@ VERSION = 1
 FILE_NAME = f"ndconv-tune-v{VERSION}.json"
 ENV_CACHE_DIR = "NDCONV_CACHE_DIR"
 MAX_CONFIGS = 8
+RANKINGS = ("call", "gpu")
 # Largest im2col (rows x reduction x groups) the float64 reference may build for a spot-check;
 # beyond it candidates are compared with the heuristic choice's result instead.
 REFERENCE_ELEMENTS = 1 << 24
@@ -95,8 +99,9 @@ def candidates(p: ConvProblem) -> list[tuple[str, object]]:
     return out
 
 
-def tune(p: ConvProblem, heuristic_name: str) -> Tuned | None:
-    """Times every candidate of ``p`` and returns the fastest correct one (None if none is)."""
+def tune(p: ConvProblem, heuristic_name: str, rank: str = "call") -> Tuned | None:
+    """Times every candidate of ``p`` and returns the fastest correct one by ``rank`` (one of
+    RANKINGS), or None if none is correct."""
     from . import testing  # testing imports the public API, which imports the planner
     from .bench.timing import time_fn
 
@@ -115,12 +120,12 @@ def tune(p: ConvProblem, heuristic_name: str) -> Tuned | None:
                 if not report.ok:
                     rejected[f"{name}[{label}]"] = f"wrong result: {report}"
                     continue
-                # timed as a cached call runs it (prepared_call), host time included: a call
-                # cannot run faster than it is issued
+                # timed as a cached call runs it (prepared_call); ranked "call", host time
+                # included: a call cannot run faster than it is issued
                 call = prepared_call(REGISTRY[name], p, config)
-                gpu_ms = time_fn(call, [(a, b)], p.device, budget_s=_BUDGET_S,
-                                 max_repeats=_MAX_REPEATS).median_ms
-                ms = max(gpu_ms, _host_ms(call, a, b))
+                ms = time_fn(call, [(a, b)], p.device, budget_s=_BUDGET_S, max_repeats=_MAX_REPEATS).median_ms
+                if rank == "call":
+                    ms = max(ms, _host_ms(call, a, b))
             except Exception as e:  # a config that does not compile or run is a rejected candidate
                 rejected[f"{name}[{label}]"] = f"{type(e).__name__}: {e}"[:200]
                 continue
@@ -170,16 +175,17 @@ def _cuda_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
-def cache_key(p: ConvProblem) -> str | None:
-    """The persistent key of ``p``: device name, library versions and the problem (None when
-    the problem's device is absent, e.g. a CUDA problem explained on a machine without a GPU)."""
+def cache_key(p: ConvProblem, rank: str = "call") -> str | None:
+    """The persistent key of ``p`` tuned by ``rank``: device name, library versions, the problem
+    and the ranking (None when the problem's device is absent, e.g. a CUDA problem explained on
+    a machine without a GPU)."""
     if p.device == "cuda":
         if not torch.cuda.is_available():
             return None
         device = _cuda_name(torch.cuda.current_device())
     else:
         device = p.device
-    return f"{device} | {_versions()} | {p}"
+    return f"{device} | {_versions()} | {p}" + ("" if rank == "call" else f" | ranked by {rank} time")
 
 
 def _encode(config):
@@ -248,8 +254,8 @@ class Store:
                               stacklevel=4)
         return self._raw
 
-    def get(self, p: ConvProblem) -> Tuned | None:
-        key = cache_key(p)
+    def get(self, p: ConvProblem, rank: str = "call") -> Tuned | None:
+        key = cache_key(p, rank)
         if key is None:
             return None
         with self._lock:
@@ -268,9 +274,10 @@ class Store:
             self._tuned[key] = tuned
             return tuned
 
-    def put(self, p: ConvProblem, tuned: Tuned) -> None:
-        """Keeps ``tuned`` in memory and merges it into the file (a warning if that fails)."""
-        key = cache_key(p)
+    def put(self, p: ConvProblem, tuned: Tuned, rank: str = "call") -> None:
+        """Keeps ``tuned`` (ranked by ``rank``) in memory and merges it into the file (a warning
+        if that fails)."""
+        key = cache_key(p, rank)
         if key is None:
             return
         with self._lock:
