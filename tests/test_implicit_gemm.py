@@ -309,6 +309,8 @@ def test_tap_fold_only_where_it_halves_the_reduction_steps():
         return implicit_gemm._tap_fold(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     q = fold((16, 3000, 80), (768, 3, 80), padding=1)  # conv1d_k3_80: 9 steps of 32 -> 4 of 64
+    assert "taps folded" in implicit_gemm.tma_route(make_problem((16, 3000, 80), (768, 3, 80), dtype=torch.bfloat16,
+                                                                 device="cpu", padding=1))
     assert q.x_shape == (16, 3000, 240) and q.w_shape == (768, 1, 240) and q.padding_lo == (0,)
     assert fold((64, 56, 56, 64), (64, 3, 3, 64), padding=1) is None  # r50_3x3_56: 3 steps per row either way
     assert fold((2, 9, 32), (16, 3, 32), padding=1) is None  # 3 steps of 32 -> 3 of 32
@@ -365,6 +367,9 @@ def test_space_to_depth_shapes_and_refusals():
     assert q.x_shape == (64, 115, 115, 16) and q.w_shape == (64, 4, 4, 16) and q.out_shape == (64, 112, 112, 64)
     assert implicit_gemm._tap_fold(q).x_shape == (64, 115, 112, 64)  # then 4 row taps of 64 channels
     assert s2d((2, 224, 224, 3), (768, 16, 16, 3), stride=16).w_shape == (768, 1, 1, 768)  # ViT patches: a GEMM
+    assert implicit_gemm.tma_route(make_problem((64, 224, 224, 3), (64, 7, 7, 3), dtype=torch.bfloat16,
+                                                device="cpu", stride=2, padding=3)) == (
+        " over a space-to-depth copy of the input, the last axis's taps folded into the channels")
     assert "at most 4" in s2d((1, 8, 8, 16), (16, 3, 3, 16), stride=2, padding=1)
     assert "triple" in s2d((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # 1 channel padded to 8 of 16-byte rows
     assert "dilation" in s2d((1, 9, 9, 3), (16, 3, 3, 3), stride=2, kernel_dilation=2)
@@ -382,8 +387,9 @@ def test_fold_refusals():
     assert "divisible" in reason((1, 9, 16), (16, 3, 16), stride=2)
     assert "16-byte" in reason((1, 8, 6), (16, 3, 6), stride=2)
     assert "padding" in reason((1, 8, 8, 16), (16, 1, 1, 16), stride=2, padding=1)
-    fold = implicit_gemm._fold(make_problem((16, 3000, 768), (768, 3, 768), dtype=torch.bfloat16,
-                                            device="cpu", stride=2, padding=1))
+    p = make_problem((16, 3000, 768), (768, 3, 768), dtype=torch.bfloat16, device="cpu", stride=2, padding=1)
+    assert implicit_gemm.tma_route(p) == " over a view folding the stride into the channels"
+    fold = implicit_gemm._fold(p)
     assert fold.q.x_shape == (16, 1500, 1536) and fold.q.w_shape == (768, 2, 1536)  # conv1d_k3s2_768
     assert fold.q.padding_lo == (1,) and fold.axes == (("fold", 2, 1, 2),)
 

@@ -78,7 +78,7 @@ def supports(p):
     path = ""  # on the GPU: which loads its tiles take (explain shows it)
     if p.device == "cuda":
         tma = tma_reason(p)
-        path = "; TMA tiles" if tma is None else f"; gathered tiles ({tma})"
+        path = f"; TMA tiles{tma_route(p)}" if tma is None else f"; gathered tiles ({tma})"
     if p.pass_ == "wgrad":
         return True, "Triton weight-gradient GEMM, split-K over N*S_out, deterministic" + path
     if any(d > 1 for d in p.input_dilation):
@@ -868,6 +868,18 @@ def _space_to_depth(p):
     return replace(p, x_shape=(p.batch, *(so + t - 1 for so, t in zip(p.out_spatial, taps)), blocks * channels),
                    w_shape=(p.out_channels, *taps, blocks * channels), stride=ones, padding_lo=(0,) * p.ndim,
                    padding_hi=(0,) * p.ndim, flip=False, pass_="fwd")
+
+
+def tma_route(p) -> str:
+    """How the TMA path runs ``p`` (which it takes), for explain: the rewrites on the way."""
+    if p.pass_ == "wgrad":
+        return ""
+    if any(s > 1 for s in p.stride):
+        if isinstance(_fold(p), Fold):
+            return " over a view folding the stride into the channels"
+        route = " over a space-to-depth copy of the input"
+        return route + (", the last axis's taps folded into the channels" if _tap_fold(_space_to_depth(p)) else "")
+    return ", the last axis's taps folded into the channels (a padded copy)" if _tap_fold(p) else ""
 
 
 def takes_space_to_depth(p) -> bool:
