@@ -446,6 +446,7 @@ def test_tma_config_tiles():
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
     assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels (_tap_fold)
+    config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
     stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
     assert (stem.block_m, stem.block_n, stem.block_k, stem.persistent) == (128, 64, 64, 2)
 

@@ -724,12 +724,16 @@ def fold_reason(p) -> str | None:
 
 def _stride1_problem(p):
     """The stride-1 problem the TMA path runs for forward-kind ``p``: its Fold's, else its
-    space-to-depth one, with the last axis's taps folded where that pays (``_tap_fold``)."""
+    space-to-depth one, with the last axis's taps folded where that pays (``_tap_fold``); ``p``
+    itself where the TMA path does not take it."""
     if p.pass_ == "wgrad":
         return p
     if any(s > 1 for s in p.stride):
         fold = _fold(p)
-        p = fold.q if isinstance(fold, Fold) else _space_to_depth(p)
+        q = fold.q if isinstance(fold, Fold) else _space_to_depth(p)
+        if isinstance(q, str):
+            return p
+        p = q
     return _tap_fold(p) or p
 
 
