@@ -373,7 +373,7 @@ def tma_reason(p) -> str | None:
         return "TMA needs compute capability 9.0+"
     if p.dtype == torch.float32 and not p.allow_tf32:
         return "exact float32 has no tensor-core path to feed"
-    esize = torch.empty((), dtype=p.dtype).element_size()
+    esize = p.dtype.itemsize
     if p.pass_ == "wgrad":
         if p.dtype == torch.float32:
             return ("the weight gradient's boxes are position-major, and TF32 wgmma takes only "
@@ -459,7 +459,7 @@ def tma_config(p) -> Config:
 def _tma_block_k(p) -> int:
     """The TMA path's reduction step over ``p``'s channels."""
     Cg = p.c_per_group
-    widest = 128 // torch.empty((), dtype=p.dtype).element_size()  # one 128-byte swizzled row of shared memory
+    widest = 128 // p.dtype.itemsize  # one 128-byte swizzled row of shared memory
     if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
         return next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
     # the last block is zero-filled past C: the widest step that wastes at most a quarter
@@ -745,7 +745,7 @@ def _fold(p):
     if any(d != 1 for d in p.input_dilation):
         return "folding needs no input dilation"
     D, C = p.ndim, p.in_channels
-    esize = torch.empty((), dtype=p.dtype).element_size()
+    esize = p.dtype.itemsize
     x_shape, w_shape, lo, hi, kdil, axes = [p.batch], [p.out_channels], [], [], [], []
     channels = C
     for d, (s, k, kd, l, so, S) in enumerate(zip(p.stride, p.kernel, p.kernel_dilation, p.padding_lo,
@@ -855,14 +855,14 @@ def _space_to_depth(p):
     channels zero-padded to 16-byte rows; the weight rearranged to match, zero past the
     kernel). r50_stem_7x7s2: [64, 224, 224, 3] -> [64, 115, 115, 16], 4x4 taps, whose last
     axis's taps then fold into 64-channel steps (``_tap_fold``). The kernel's zero taps and
-    channels cost MACs (at most 3x the problem's; the 7x7 stem's 1.74x, a 3x3 stem's 2.4x), the copy reads the input
-    once and writes it about once."""
+    channels cost MACs (at most 3x the problem's; the 7x7 stem's 1.74x, a 3x3 stem's 2.4x);
+    the copy reads the input once and writes it about once."""
     if p.groups > 1 or p.in_channels > SPACE_TO_DEPTH_MAX_CHANNELS:
         return (f"space-to-depth is for ungrouped inputs of at most {SPACE_TO_DEPTH_MAX_CHANNELS} "
                 f"channels (groups {p.groups}, C {p.in_channels})")
     if any(d != 1 for d in (*p.input_dilation, *p.kernel_dilation)):
         return "space-to-depth needs no dilation"
-    esize = torch.empty((), dtype=p.dtype).element_size()
+    esize = p.dtype.itemsize
     blocks = math.prod(p.stride)
     channels = next(c for c in range(p.in_channels, p.in_channels + 16) if (blocks * c * esize) % 16 == 0)
     taps = tuple(cdiv(k, s) for k, s in zip(p.kernel, p.stride))
@@ -876,14 +876,12 @@ def _space_to_depth(p):
 
 def tma_route(p) -> str:
     """How the TMA path runs ``p`` (which it takes), for explain: the rewrites on the way."""
-    if p.pass_ == "wgrad":
-        return ""
-    if any(s > 1 for s in p.stride):
-        if isinstance(_fold(p), Fold):
-            return " over a view folding the stride into the channels"
-        route = " over a space-to-depth copy of the input"
-        return route + (", the last axis's taps folded into the channels" if _tap_fold(_space_to_depth(p)) else "")
-    return ", the last axis's taps folded into the channels (a padded copy)" if _tap_fold(p) else ""
+    runner, taps = tma_runner(p), ", the last axis's taps folded into the channels"
+    if runner is _run_folded:
+        return " over a view folding the stride into the channels"
+    if runner is _run_space_to_depth:
+        return " over a space-to-depth copy of the input" + (taps if _tap_fold(_space_to_depth(p)) else "")
+    return taps + " (a padded copy)" if runner is _run_tap_folded else ""
 
 
 def takes_space_to_depth(p) -> bool:
@@ -928,8 +926,7 @@ def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     xs = padded_blocks(x, q.in_spatial, p.stride, p.padding_lo, channels)
     wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
     ws = padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
-    run_q = _run_tap_folded if _tap_fold(q) is not None else _run_tma
-    return run_q(q, *q.views(xs, ws, out), config)
+    return tma_runner(q)(q, *q.views(xs, ws, out), config)  # the taps folded where that pays
 
 
 def _run_tap_folded(p, x, w, out, config: Config) -> bool:

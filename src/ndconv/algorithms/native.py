@@ -297,13 +297,17 @@ def forward_of_dgrad(d: ConvProblem) -> ConvProblem:
     least high padding that gives its output size: the input gradient does not depend on it."""
     lo = tuple(sp - 1 - a for sp, a in zip(d.span, d.padding_lo))
     stride, idil = d.input_dilation, d.stride
-    dilated = [(s - 1) * i + 1 for s, i in zip(d.out_spatial, idil)]
-    hi = tuple((so - 1) * st + sp - di - a
-               for so, st, sp, di, a in zip(d.in_spatial, stride, d.span, dilated, lo))
+    hi = _least_high_padding(d.in_spatial, stride, d.span, d.out_spatial, idil, lo)
     return ConvProblem(
         (d.batch, *d.out_spatial, d.out_channels), (d.in_channels, *d.kernel, d.out_channels // d.groups),
         stride, lo, hi, d.kernel_dilation, idil, d.groups, not d.flip, d.dtype, d.device, d.allow_tf32, "fwd",
     )
+
+
+def _least_high_padding(out_spatial, stride, span, in_spatial, idil, lo) -> tuple[int, ...]:
+    """Per axis, the least high padding that gives a convolution these output sides."""
+    return tuple((so - 1) * st + sp - ((s - 1) * i + 1) - a
+                 for so, st, sp, s, i, a in zip(out_spatial, stride, span, in_spatial, idil, lo))
 
 
 def default_config(p) -> str:
@@ -319,9 +323,8 @@ def _forward_of(p):
     stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo
     out_spatial, kernel = p.kernel, p.out_spatial
     N, G, Cg = p.x_shape[-1] // p.groups, p.groups, p.batch
-    dilated = [(s - 1) * i + 1 for s, i in zip(p.in_spatial, idil)]
     span = [(k - 1) * d + 1 for k, d in zip(kernel, kdil)]
-    hi = tuple((so - 1) * st + sp - di - l for so, st, sp, di, l in zip(out_spatial, stride, span, dilated, lo))
+    hi = _least_high_padding(out_spatial, stride, span, p.in_spatial, idil, lo)
     forward = ConvProblem(
         (N, *p.in_spatial, G * Cg), (p.out_channels, *kernel, Cg), stride, lo, hi, kdil, idil, G,
         False, p.dtype, p.device, p.allow_tf32, "fwd",
