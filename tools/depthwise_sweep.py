@@ -34,7 +34,6 @@ SWEEP = [
     ("dw7x7_56", "dgrad", 4), ("causal_dw1d_k4", "dgrad", 4),
 ]
 BANDWIDTH = 4.254e12  # the H200's measured copy bandwidth (docs/PERFORMANCE.md), bytes/s
-L2_BYTES = 60 << 20
 
 
 def _reference(q, a, b):
@@ -72,7 +71,7 @@ def _baseline(p, pass_, sets, check):
 def sweep_case(case, pass_, max_configs, deadline):
     p = case.problem("cuda")
     q = p if pass_ == "fwd" else getattr(p, pass_)()
-    sets = runner._operand_sets(q, "cuda", L2_BYTES, 0)
+    sets = testing.operand_sets(q, 0, "cuda")
     ref = _reference(q, *sets[0])
     tol = testing.tolerance(q)
 

@@ -86,9 +86,9 @@ def _bandwidth() -> float:
     return 2 * nbytes / (t.median_ms * 1e-3)
 
 
-def _sweep_pass(name, p, pass_, bandwidth, l2_bytes, deadline, short):
+def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
     q = p if pass_ == "fwd" else getattr(p, pass_)()
-    sets = runner._operand_sets(q, DEVICE, l2_bytes, 0)
+    sets = runner.testing.operand_sets(q, 0, DEVICE)
     ref, take, checked_on = runner._reference_slice(q, *sets[0], DEVICE)
     tol = runner.testing.tolerance(q)
 
@@ -168,8 +168,7 @@ def main():
         p = make_problem(x, w, dtype=torch.bfloat16, device=DEVICE, **kw)
         for pass_ in args.passes:
             try:
-                results.append(_sweep_pass(name, p, pass_, bandwidth, getattr(props, "L2_cache_size", 0) if props else 0,
-                                           deadline, SHORT if i else 0))
+                results.append(_sweep_pass(name, p, pass_, bandwidth, deadline, SHORT if i else 0))
             except Exception as e:  # noqa: BLE001 (a failing case is reported, the sweep goes on)
                 print(f"{name} {pass_}: failed: {type(e).__name__}: {e}")
                 results.append({"case": name, "pass_": pass_, "error": traceback.format_exc()[-1000:]})

@@ -92,7 +92,7 @@ def tiny(p):
     return p2 if all(s >= 1 for s in p2.out_spatial) else None
 
 
-def sweep_case(case, pass_, device, l2_bytes, args, deadline, log) -> dict:
+def sweep_case(case, pass_, device, args, deadline, log) -> dict:
     p = case.problem(device)
     if args.tiny:
         p = tiny(p)
@@ -103,7 +103,7 @@ def sweep_case(case, pass_, device, l2_bytes, args, deadline, log) -> dict:
         row["tma_refused"] = reason
         log(f"{case.name} {pass_}: the TMA path refuses it: {reason}")
         return row
-    sets = runner._operand_sets(q, device, l2_bytes, seed=0)
+    sets = testing.operand_sets(q, 0, device)
     ref, take, checked_on = runner._reference_slice(q, *sets[0], device)
     tol = testing.tolerance(q)
     row["checked_on"] = checked_on
@@ -208,11 +208,9 @@ def main():
         print(s, flush=True)
 
     env = {"torch": torch.__version__, "triton": __import__("triton").__version__}
-    l2_bytes = 0
     if device == "cuda":
         torch.backends.cudnn.benchmark = True
         props = torch.cuda.get_device_properties(0)
-        l2_bytes = getattr(props, "L2_cache_size", 0)
         env.update(gpu=props.name, sms=props.multi_processor_count, cudnn=torch.backends.cudnn.version())
     log(f"tma_sweep on {env.get('gpu', 'CPU (interpreter)')}: {env}")
     cases = {c.name: c for c in suites.load_suite("public")}
@@ -220,7 +218,7 @@ def main():
     rows = []
     for name, pass_ in wanted:
         try:
-            rows.append(sweep_case(cases[name], pass_, device, l2_bytes, args, deadline, log))
+            rows.append(sweep_case(cases[name], pass_, device, args, deadline, log))
         except Exception as e:  # one case that cannot even be set up is reported, the rest still run
             log(f"{name} {pass_}: FAILED {type(e).__name__}: {e}")
             rows.append({"case": name, "pass": pass_, "error": f"{type(e).__name__}: {e}"[:300]})

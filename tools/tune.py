@@ -42,7 +42,7 @@ def main():
             if not ok:
                 print(f"{case.name:18} {pass_:5} unsupported: {reason}", flush=True)
                 continue
-            sets = runner._operand_sets(q, "cuda", 60 << 20, 0)
+            sets = testing.operand_sets(q, 0, "cuda")
             ref, take, _ = runner._reference_slice(q, *sets[0], "cuda")
             timings = []
             for config in module.configs(q)[: args.max]:

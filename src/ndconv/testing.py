@@ -95,6 +95,16 @@ def random_operands(p: ConvProblem, seed: int = 0, device=None):
     return a.to(p.dtype), b.to(p.dtype)
 
 
+def operand_sets(p: ConvProblem, seed: int = 0, device=None) -> list:
+    """Independent random operand sets of pass ``p``, enough (up to 16) that a timing loop
+    cycling through them reads its operands from HBM, not from the GPU's L2 cache, as a model
+    does; one set off the GPU."""
+    device = torch.device(device or p.device)
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
+    count = max(1, min(16, math.ceil(3 * l2_bytes / max(1, p.min_bytes))))
+    return [random_operands(p, seed + i, device=device) for i in range(count)]
+
+
 def run_algorithm(name: str, p: ConvProblem, a: torch.Tensor, b: torch.Tensor, config=None):
     """Runs one algorithm directly on pass ``p`` into a NaN-poisoned result (no planner)."""
     module = REGISTRY[name]

@@ -54,6 +54,10 @@ RANKINGS = ("call", "gpu")
 REFERENCE_ELEMENTS = 1 << 24
 _BUDGET_S = 0.05  # timing budget per candidate
 _MAX_REPEATS = 25
+# The fastest config of each algorithm within this factor of the best is timed again, longer:
+# a 25-call median differs by a few percent between two runs on the H200 (docs/PERFORMANCE.md).
+_CLOSE = 1.05
+_FINAL_BUDGET_S, _FINAL_MAX_REPEATS = 0.25, 200
 
 try:
     import fcntl
@@ -105,13 +109,20 @@ def tune(p: ConvProblem, heuristic_name: str, rank: str = "call") -> Tuned | Non
     from . import testing  # testing imports the public API, which imports the planner
     from .bench.timing import time_fn
 
-    a, b = testing.random_operands(p, seed=0)
+    # operands rotated as the bench does: a layer in a model reads them from HBM, not from L2
+    sets = testing.operand_sets(p, seed=0)
+    a, b = sets[0]
     im2col = p.gemm_mnk[0] * p.gemm_mnk[2] * p.groups
     if im2col <= REFERENCE_ELEMENTS:
         expected, tol = testing.reference_result(p, a, b), testing.tolerance(p)
     else:  # two rounded results differ by up to twice the tolerance
         expected, tol = testing.run_algorithm(heuristic_name, p, a, b), 2 * testing.tolerance(p)
-    timings, rejected, best = {}, {}, None
+    timings, rejected, fastest = {}, {}, {}  # fastest: algorithm -> (ms, config, call)
+
+    def measure(call, budget_s, max_repeats):
+        ms = time_fn(call, sets, p.device, budget_s=budget_s, max_repeats=max_repeats).median_ms
+        return max(ms, _host_ms(call, a, b)) if rank == "call" else ms
+
     with torch.no_grad():
         for name, config in candidates(p):
             label = config_label(config)
@@ -123,16 +134,24 @@ def tune(p: ConvProblem, heuristic_name: str, rank: str = "call") -> Tuned | Non
                 # timed as a cached call runs it (prepared_call); ranked "call", host time
                 # included: a call cannot run faster than it is issued
                 call = prepared_call(REGISTRY[name], p, config)
-                ms = time_fn(call, [(a, b)], p.device, budget_s=_BUDGET_S, max_repeats=_MAX_REPEATS).median_ms
-                if rank == "call":
-                    ms = max(ms, _host_ms(call, a, b))
+                ms = measure(call, _BUDGET_S, _MAX_REPEATS)
             except Exception as e:  # a config that does not compile or run is a rejected candidate
                 rejected[f"{name}[{label}]"] = f"{type(e).__name__}: {e}"[:200]
                 continue
             timings.setdefault(name, {})[label] = ms
-            if best is None or ms < best[0]:
-                best = (ms, name, config)
-    return None if best is None else Tuned(best[1], best[2], timings, rejected)
+            if name not in fastest or ms < fastest[name][0]:
+                fastest[name] = (ms, config, call)
+        if not fastest:
+            return None
+        least = min(ms for ms, _, _ in fastest.values())
+        close = {name: f for name, f in fastest.items() if f[0] <= _CLOSE * least}
+        if len(close) > 1:  # a near tie between algorithms: measured again, longer
+            for name, (_, config, call) in close.items():
+                ms = measure(call, _FINAL_BUDGET_S, _FINAL_MAX_REPEATS)
+                timings[name][config_label(config)] = ms
+                fastest[name] = (ms, config, call)
+    name = min(fastest, key=lambda n: fastest[n][0])
+    return Tuned(name, fastest[name][1], timings, rejected)
 
 
 def _host_ms(call, a, b, calls: int = 5) -> float:

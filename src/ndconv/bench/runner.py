@@ -34,12 +34,6 @@ def _pass_problem(p: ConvProblem, pass_: str) -> ConvProblem:
     return p if pass_ == "fwd" else getattr(p, pass_)()
 
 
-def _operand_sets(q: ConvProblem, device: str, l2_bytes: int, seed: int):
-    """Enough independent operand sets that cycling through them defeats the L2 cache."""
-    count = 1 if device != "cuda" else max(1, min(16, math.ceil(3 * l2_bytes / max(1, q.min_bytes))))
-    return [testing.random_operands(q, seed + i, device=device) for i in range(count)]
-
-
 def _reference_slice(q: ConvProblem, a, b, device: str):
     """(sliced operands' reference result, how to slice a result): the whole problem when its
     float64 reference fits the limit, else the first few entries of its leading result axis."""
@@ -120,12 +114,11 @@ def _measure(fn, prepared_sets, check, device):
             "host_us": t.host_us, "max_rel_err": report.max_rel_err}
 
 
-def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, algorithms, l2_bytes: int,
-               seed: int = 0) -> dict:
+def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, algorithms, seed: int = 0) -> dict:
     """One row: baseline formulations, ndconv algorithms and the planner on one case and pass."""
     p = case.problem(device)
     q = _pass_problem(p, pass_)
-    sets = _operand_sets(q, device, l2_bytes, seed)
+    sets = testing.operand_sets(q, seed, device)
     ref, take, checked_on = _reference_slice(q, *sets[0], device)
     tol = testing.tolerance(q)
     # ndconv's weight-gradient pass computes the gradient of the weight as read, reversed when the
@@ -227,13 +220,12 @@ def run_suite(cases, device: str, passes=None, algorithms=None, progress=None, s
         torch.backends.cudnn.benchmark = True
     dtypes = sorted({dtype_key(getattr(torch, c.spec["dtype"]), c.problem(device).allow_tf32) for c in cases})
     roofline = measure_roofline(device, dtypes)
-    l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) if device == "cuda" else 0
     work = [(c, ps) for c in cases for ps in c.passes if not passes or ps in passes]
     rows = []
     for case, pass_ in work:
         if progress:
             progress(f"{case.name} {pass_}", len(rows), len(work))
-        rows.append(bench_case(case, pass_, device, roofline, algorithms, l2_bytes, seed))
+        rows.append(bench_case(case, pass_, device, roofline, algorithms, seed))
     if progress:
         progress("done", len(rows), len(work))
     return {
