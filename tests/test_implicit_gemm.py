@@ -192,7 +192,8 @@ def test_tma_weight_gradient_matches_reference(x_shape, w_shape, args, dtype, mo
 
 def test_tma_weight_gradient_refusals(monkeypatch):
     """What the TMA weight gradient does not take goes to the gather kernel, still correct:
-    fp32 (TF32 wgmma needs K-major operands), 40-byte channel rows, outputs with no exact box."""
+    fp32 (TF32 wgmma needs K-major operands), 40-byte channel rows, outputs with no exact box,
+    channel blocks wider than 128 (wrong on the H200)."""
     from ndconv.api import make_problem
 
     def wgrad(x, w, dtype=torch.bfloat16, **args):
@@ -205,6 +206,9 @@ def test_tma_weight_gradient_refusals(monkeypatch):
     p = wgrad((2, 5, 7, 16), (8, 3, 3, 16), padding=1)  # 5 x 7 outputs, batch 2: no exact box of 16
     assert implicit_gemm.tma_reason(p) is None
     _check_tma(p, TMA_WGRAD_CONFIGS[0], monkeypatch, "_run_tma_wgrad", seed=2, taken=False)
+    wide = wgrad((1, 4, 4, 256), (16, 1, 1, 256))
+    assert implicit_gemm.tma_reason(wide) is None
+    _check_tma(wide, Config(16, 256, 16, 4, 2, tma=True), monkeypatch, "_run_tma_wgrad", seed=3, taken=False)
 
 
 def test_exact_boxes_divide_the_output():
