@@ -173,7 +173,8 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     base = depthwise.default_config(p)
     small = replace(base, block_p=4, block_o=8) if pass_ == "wgrad" else replace(base, tile_w=1)
     flipped_order = replace(base, channels_fastest=not base.channels_fastest)  # the grid's other order
-    for config in [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order]:
+    unrolled = replace(base, rows_unrolled=True, cols=3)  # kernel rows unrolled (forward passes)
+    for config in [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
 

@@ -20,6 +20,7 @@ forward and 64 us weight gradient (1.2x and 1.35x the HBM floor), dw7x7_56 110 u
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -31,6 +32,8 @@ from .triton_support import (
 NAME = "depthwise"
 # Widest group handled on CUDA cores (C/groups or O/groups, the other being 1).
 MAX_GROUP_WIDTH = 16
+# Most kernel rows (taps of all axes but the last) a config may unroll: compile time grows with them.
+_UNROLLED_ROWS_MAX = 9
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Config:
     unroll: int = 8  # taps along the last axis per chunk (one input window per chunk)
     cols: int = 0  # consecutive outputs along the last axis per strip (0: fit the axis)
     channels_fastest: bool = False  # forward: a tile's channel blocks are consecutive programs
+    rows_unrolled: bool = False  # forward: the kernel rows (all axes but the last) unrolled
 
 
 def supports(p):
@@ -157,6 +161,8 @@ def configs(p) -> list[Config]:
                     replace(base, block_o=min(128, 2 * base.block_o), block_p=max(1, base.block_p // 2)),
                     replace(base, unroll=4)]
         variants += [replace(c, channels_fastest=not base.channels_fastest) for c in (base, *variants)]
+        if p.ndim > 1 and math.prod(p.kernel[:-1]) <= _UNROLLED_ROWS_MAX:
+            variants += [replace(c, rows_unrolled=True) for c in (base, *variants)]
     out = []
     for c in (base, *variants):
         if c not in out:
@@ -225,7 +231,8 @@ def _forward_launch(p, x, w, out, config: Config):
     meta = dict(
         K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip,
         INT64=needs_int64(x, w, out), TILE_H=tile_h, STRIPS=strips, COLS=cols, BLOCK_O=config.block_o,
-        CHANNELS_FASTEST=config.channels_fastest, num_warps=config.num_warps,
+        CHANNELS_FASTEST=config.channels_fastest, ROWS_UNROLLED=config.rows_unrolled,
+        K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1, num_warps=config.num_warps,
     )
     return grid, args, meta
 

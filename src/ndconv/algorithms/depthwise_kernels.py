@@ -52,6 +52,43 @@ def _column_used(e, cols, first, st, kd, k, u):
 
 
 @triton.jit
+def _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
+                K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
+                sxc, sw1, sw2, sw3, swc, K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr,
+                U: tl.constexpr, CG: tl.constexpr, FLIP: tl.constexpr, COLS: tl.constexpr):
+    """direct_fwd_kernel's accumulators after the taps of kernel row (t1, t2), the input read
+    at the flipped tap when FLIP."""
+    u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1  # scalar
+    ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
+    x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
+    i2, ok2 = input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
+    rows = x1 + i2 * sx2  # [P]
+    w12 = w_lanes + t1 * sw1 + t2 * sw2
+    for t3o in tl.static_range(0, K3, U):  # chunks of U taps in read order
+        ws = ()  # [1, BLOCK_O] per (tap, c)
+        for t in tl.static_range(_chunk_taps(t3o, K3, U)):
+            for c in tl.static_range(CG):
+                wv = tl.load((w12 + (K3 - 1 - t3o - t if FLIP else t3o + t) * sw3 + c * swc)[None, :])
+                ws = ws + (wv.to(tl.float32),)
+        v0 = j3 * ST3 + t3o * KD3 - LO3  # [P] dilated input column of the window's start
+        for e in tl.static_range((COLS - 1) * ST3 + (_chunk_taps(t3o, K3, U) - 1) * KD3 + 1):
+            if _column_used(e, COLS, t3o, ST3, KD3, K3, U):
+                i3, ok = input_index(v0, e, 1, 1, ID3, 0, S3, ok2)
+                col = rows + i3 * sx3  # [P]
+                for c in tl.static_range(CG):
+                    xv = tl.load(col[:, None] + (x_lanes + c * sxc)[None, :],
+                                 mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
+                    new = ()
+                    for jj in tl.static_range(COLS):
+                        a = acc[jj]
+                        if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
+                            a += xv * ws[_tap_of_column(e, jj, t3o, ST3, KD3, K3, U) * CG + c]
+                        new = new + (a,)
+                    acc = new
+    return acc
+
+
+@triton.jit
 def direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     O,
@@ -63,7 +100,7 @@ def direct_fwd_kernel(
     K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr, U: tl.constexpr,
     CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
-    CHANNELS_FASTEST: tl.constexpr,
+    CHANNELS_FASTEST: tl.constexpr, ROWS_UNROLLED: tl.constexpr, K1C: tl.constexpr, K2C: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for a tile of TILE_H x STRIPS strips of COLS consecutive outputs along the last axis x
@@ -72,7 +109,9 @@ def direct_fwd_kernel(
     A strip's COLS outputs are separate accumulators, and the taps along the last axis are
     unrolled in chunks of U: each input column of a chunk's window is loaded and converted once
     and feeds every (output, tap) pair that reads it, all resolved at compile time (K3, ST3, KD3
-    are constexpr). The other kernel axes are loops; their re-reads hit L1.
+    are constexpr). The other kernel axes are loops (their re-reads hit L1), or, with
+    ROWS_UNROLLED, unrolled over K1C x K2C constant rows, so that the loads of later rows can be
+    issued before the FMAs of earlier ones.
 
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
     grid), so they run together and read whole channel rows of the input from HBM."""
@@ -103,35 +142,18 @@ def direct_fwd_kernel(
     acc = ()
     for jj in tl.static_range(COLS):
         acc = acc + (tl.zeros((TILE_H * STRIPS, BLOCK_O), dtype=tl.float32),)
-    for t1 in range(K1):  # weight taps; the input is read at the flipped tap when FLIP
-        u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1  # scalar
-        ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
-        x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
-        for t2 in range(K2):
-            i2, ok2 = input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
-            rows = x1 + i2 * sx2  # [P]
-            w12 = w_lanes + t1 * sw1 + t2 * sw2
-            for t3o in tl.static_range(0, K3, U):  # chunks of U taps in read order
-                ws = ()  # [1, BLOCK_O] per (tap, c)
-                for t in tl.static_range(_chunk_taps(t3o, K3, U)):
-                    for c in tl.static_range(CG):
-                        wv = tl.load((w12 + (K3 - 1 - t3o - t if FLIP else t3o + t) * sw3 + c * swc)[None, :])
-                        ws = ws + (wv.to(tl.float32),)
-                v0 = j3 * ST3 + t3o * KD3 - LO3  # [P] dilated input column of the window's start
-                for e in tl.static_range((COLS - 1) * ST3 + (_chunk_taps(t3o, K3, U) - 1) * KD3 + 1):
-                    if _column_used(e, COLS, t3o, ST3, KD3, K3, U):
-                        i3, ok = input_index(v0, e, 1, 1, ID3, 0, S3, ok2)
-                        col = rows + i3 * sx3  # [P]
-                        for c in tl.static_range(CG):
-                            xv = tl.load(col[:, None] + (x_lanes + c * sxc)[None, :],
-                                         mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
-                            new = ()
-                            for jj in tl.static_range(COLS):
-                                a = acc[jj]
-                                if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
-                                    a += xv * ws[_tap_of_column(e, jj, t3o, ST3, KD3, K3, U) * CG + c]
-                                new = new + (a,)
-                            acc = new
+    if ROWS_UNROLLED:  # every kernel row's loads in one straight block, free to be issued early
+        for t1 in tl.static_range(K1C):
+            for t2 in tl.static_range(K2C):
+                acc = _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
+                                  K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
+                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS)
+    else:
+        for t1 in range(K1):  # weight taps; the input is read at the flipped tap when FLIP
+            for t2 in range(K2):
+                acc = _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
+                                  K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
+                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS)
     y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2  # [P]
     y_lanes = g * syg + k * syo  # [BLOCK_O]
     for jj in tl.static_range(COLS):
