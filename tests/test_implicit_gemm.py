@@ -84,7 +84,7 @@ def test_gpu_defaults():
         ("r50_3x3_56", "fwd"): "native", ("r50_3x3_56", "dgrad"): "native",
         ("r50_3x3_56", "wgrad"): "native", ("conv1d_k3_80", "fwd"): "native", ("conv1d_k3s2_768", "fwd"): "native",
         ("conv3d_causal_vae", "fwd"): "implicit_gemm", ("r50_stem_7x7s2", "fwd"): "implicit_gemm",
-        ("dw7x7_56", "fwd"): "depthwise", ("dw3x3_56", "fwd"): "native",
+        ("dw7x7_56", "fwd"): "depthwise", ("dw3x3_56", "fwd"): "depthwise",
         ("causal_dw1d_k4", "wgrad"): "depthwise", ("grouped3x3_g32", "fwd"): "native",
         ("convT_3x3s2", "fwd"): "implicit_gemm", ("r50_1x1s2_down", "fwd"): "native",
         ("same_pad_s2", "fwd"): "implicit_gemm", ("unet_3x3_64", "fwd"): "implicit_gemm",
