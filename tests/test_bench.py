@@ -8,8 +8,7 @@ import torch
 from cases import CASE_PARAMS, PASSES, for_pass
 
 from ndconv import cli, testing
-from ndconv.algorithms import REGISTRY
-from ndconv.algorithms import native
+from ndconv.algorithms import REGISTRY, native
 from ndconv.bench import runner, suites
 
 TINY = [

@@ -22,7 +22,7 @@ import triton
 
 from ndconv import testing
 from ndconv.algorithms import depthwise, native
-from ndconv.bench import runner, suites
+from ndconv.bench import suites
 from ndconv.bench.timing import time_fn
 
 # (case, pass, configs to time: how many of depthwise.configs, which start with the default, or

@@ -16,7 +16,6 @@ import subprocess
 import tempfile
 
 import torch
-import triton
 from sm90 import BIN, Capture, compile_sm90
 
 from ndconv.algorithms import grouped, grouped_kernels

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from .triton_support import (
-    BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, sm_count, spatial_strides,
+    BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, sm_count,
+    spatial_strides,
 )
 
 NAME = "depthwise"

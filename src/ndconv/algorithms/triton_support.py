@@ -6,14 +6,14 @@ prepared plan."""
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 
 import torch
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@lru_cache(maxsize=None)
+@cache
 def triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -22,7 +22,7 @@ def triton_available() -> bool:
     return True
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cuda_capability_ok() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
 

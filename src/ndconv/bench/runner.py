@@ -18,10 +18,9 @@ from pathlib import Path
 import torch
 
 from .. import __version__, autograd, testing
-from ..algorithms import REGISTRY
+from ..algorithms import REGISTRY, native
 from ..api import conv_general
 from ..problem import ConvProblem
-from ..algorithms import native
 from .suites import BenchCase, category
 from .timing import Roofline, dtype_key, measure_roofline, time_fn
 
