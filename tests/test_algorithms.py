@@ -74,6 +74,31 @@ def test_native_input_gradient_both_ways(case):
         testing.assert_close(native.prepare(d, name)(a, b), ref, testing.tolerance(d), name)
 
 
+FLIPPED_PLAIN = [  # flipped kernels with symmetric padding: the plain formulations flip the weight
+    pytest.param(((2, 5, 6, 3), (4, 3, 2, 3), dict(padding=1, flip=True)), id="2d_flip"),
+    pytest.param(((2, 9, 4), (6, 3, 2), dict(padding=2, kernel_dilation=2, flip=True, groups=2)), id="1d_flip_groups"),
+]
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS + FLIPPED_PLAIN)
+def test_native_prepared_forward_matches_reference(case):
+    """native's prepared forward (the plain direct formulations: one convolution between views
+    whose geometry was found once) and every other formulation's, on fresh operands."""
+    from ndconv.algorithms import native
+
+    if isinstance(case, tuple):
+        x_shape, w_shape, args = case
+        p = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args)
+        assert "conv" in native.configs(p)
+    else:
+        p = case.problem(dtype=torch.float32, device=DEVICE)
+    for seed in (4, 5):
+        a, b = testing.random_operands(p, seed, device=DEVICE)
+        ref = testing.reference_result(p, a, b)
+        for name in native.configs(p):
+            testing.assert_close(native.prepare(p, name)(a, b), ref, testing.tolerance(p), name)
+
+
 def test_small_group_algorithms_take_their_problems_and_say_why_they_refuse_others():
     from ndconv.algorithms import depthwise, grouped
 
