@@ -32,6 +32,7 @@ CONFIGS = {
     "direct_wgrad_small_steps": Config(block_p=16, programs_per_sm=64),
     "direct_fma": Config(fma=True, block_p=32),  # CUDA cores where groups allow, else the above
     "packed": Config("packed", 2),
+    "packed_by_native": Config("packed", 4, packed_by="native"),  # PyTorch's convolution, 4 groups as one
 }
 
 

@@ -120,8 +120,10 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
             return out
         return fn
 
-    if grouped._pack_factors(q):
-        measure(f"packed (pack {grouped._default_pack(q)})", algo(grouped, C("packed", grouped._default_pack(q))))
+    # packed block-diagonally: by implicit_gemm (the default's runner), then by PyTorch's convolution
+    for by in ("implicit_gemm", "native"):
+        for pack in grouped._pack_factors(q):
+            measure(f"packed {pack} by {by}", algo(grouped, C("packed", pack, packed_by=by)))
     configs = WGRAD if pass_ == "wgrad" else FWD
     for label, config in configs[:short] if short else configs:
         config = _resolve(q, config)

@@ -11,8 +11,10 @@ almost the whole tile. Two kernels, picked by the config:
   positions, all taps of a block at once (dy loaded once per position block), into a float32
   workspace summed afterwards in a fixed order.
 - ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
-  zeros between groups make it the same convolution), run by implicit_gemm; its weight
-  gradient is computed densely and its diagonal blocks kept. It keeps implicit_gemm's output
+  zeros between groups make it the same convolution), run by implicit_gemm (or, with
+  ``packed_by="native"``, by PyTorch's convolution: cuDNN's kernels for a few wide groups
+  instead of its grouped ones for many narrow groups); its weight gradient is computed densely
+  and its diagonal blocks kept. It keeps implicit_gemm's output
   phases (the direct kernel would only mask a dilated input's zeros). Measured on the H200 it
   is the default for forward passes and input gradients wherever the groups pack (0.80x and
   0.94x PyTorch on ResNeXt's 4x4 groups against the direct kernel's 0.67x and 0.83x); the
@@ -29,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from . import implicit_gemm
+from . import implicit_gemm, native
 from .triton_support import (
     INTERPRET,
     cdiv,
@@ -53,6 +55,7 @@ class Config:
     kernel: str = "direct"  # "direct" (grouped_kernels.py) or "packed" (implicit_gemm)
     pack: int = 0  # packed: consecutive groups merged into one block-diagonal group
     tile: implicit_gemm.Config | None = None  # packed: the packed problem's config (None: its default)
+    packed_by: str = "implicit_gemm"  # packed: the algorithm that runs the packed problem, or "native"
     block_g: int = 0  # direct: whole groups per program (0: the fewest that fill MIN_BLOCK)
     block_p: int = 128  # direct: output positions per program (weight gradient: per step)
     tile_w: int = 0  # direct forward: positions along the last axis per 2-D tile (0: flat rows)
@@ -148,6 +151,8 @@ def configs(p) -> list[Config]:
                 for w, s in ((4, 1), (8, 1), (4, 2))]
         out += [c for c in (Config(fma=True), Config(fma=True, block_p=256),
                             Config(fma=True, block_p=512, num_warps=8)) if _fma_possible(p, c)]
+    # the packed problem through PyTorch's convolution, early: autotuning times the first configs
+    out[1:1] = [Config("packed", pack, packed_by="native") for pack in _pack_factors(p)]
     if _pack_factors(p):
         for pack in [_default_pack(p)] + _pack_factors(p):
             for tile in [None, *implicit_gemm.configs(packed_problem(p, pack))[:6]]:
@@ -182,17 +187,18 @@ def run(p, x, w, out, config: Config | None = None):
         return _run_direct(p, x, w, out, config)
     pack = config.pack
     q = packed_problem(p, pack)
-    tile = config.tile or implicit_gemm.default_config(q)
+    algorithm = native if config.packed_by == "native" else implicit_gemm
+    tile = config.tile or algorithm.default_config(q)
     if p.pass_ == "wgrad":
-        return _run_wgrad(p, q, x, w, out, pack, tile)
-    implicit_gemm.run(q, _merge_groups(x, pack), block_diagonal(w, pack), _merge_groups(out, pack), tile)
+        return _run_wgrad(p, q, x, w, out, pack, algorithm, tile)
+    algorithm.run(q, _merge_groups(x, pack), block_diagonal(w, pack), _merge_groups(out, pack), tile)
 
 
-def _run_wgrad(p, q, x_t, dy_t, dw_t, pack, tile):
+def _run_wgrad(p, q, x_t, dy_t, dw_t, pack, algorithm, tile):
     x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)  # [N,*S,G,Cg], [N,*So,G,Og], [G,Og,*K,Cg]
     G, Og, *K, Cg = dw.shape
     dense = torch.empty((G // pack * pack * Og, *K, pack * Cg), device=dw.device, dtype=dw.dtype)
-    implicit_gemm.run(q, *q.views(x.flatten(-2), dy.flatten(-2), dense), tile)
+    algorithm.run(q, *q.views(x.flatten(-2), dy.flatten(-2), dense), tile)
     blocks = dense.view(G // pack, pack, Og, math.prod(K), pack, Cg)
     diagonal = torch.diagonal(blocks, dim1=1, dim2=4)  # [G/pack, Og, prod(K), Cg, pack]
     dw.copy_(diagonal.permute(0, 4, 1, 2, 3).reshape(dw.shape))
