@@ -97,8 +97,6 @@ def _call_key(input, weight, stride, padding, kernel_dilation, input_dilation, g
         return None
 
 
-
-
 def make_problem(
     x_shape,
     w_shape,
