@@ -81,6 +81,9 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
                       dtype=torch.bfloat16)
     for q in (p, p.dgrad(), s2, s2.dgrad()):
         assert grouped.default_config(q) == Config("packed", 8), q
+    # candidates through PyTorch's convolution: groups made 16, 32 and 64 wide, timed early
+    assert grouped._native_packs(p) == [4, 8, 16]
+    assert grouped.configs(p)[1:4] == [Config("packed", k, packed_by="native") for k in (4, 8, 16)]
     for q in (p.wgrad(), s2.wgrad()):
         config = grouped.default_config(q)
         assert config.kernel == "direct" and grouped._blocks(q, config)[:3] == (4, 16, 16), q

@@ -121,8 +121,8 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
         return fn
 
     # packed block-diagonally: by implicit_gemm (the default's runner), then by PyTorch's convolution
-    for by in ("implicit_gemm", "native"):
-        for pack in grouped._pack_factors(q):
+    for by, packs in (("implicit_gemm", grouped._pack_factors(q)), ("native", grouped._native_packs(q))):
+        for pack in packs:
             measure(f"packed {pack} by {by}", algo(grouped, C("packed", pack, packed_by=by)))
     configs = WGRAD if pass_ == "wgrad" else FWD
     for label, config in configs[:short] if short else configs:

@@ -77,6 +77,14 @@ def _pack_factors(p) -> list[int]:
     return [d for d in range(2, p.groups + 1) if p.groups % d == 0 and d * width <= 4 * TARGET_WIDTH]
 
 
+def _native_packs(p) -> list[int]:
+    """The pack factors worth running through PyTorch's convolution: the least that make groups
+    16, 32 and 64 channels wide (cuDNN's dense-like kernels), at most three."""
+    factors, width = _pack_factors(p), max(group_channels(p))
+    packs = [next((d for d in factors if d * width >= wide), None) for wide in (16, 32, 64)]
+    return list(dict.fromkeys(d for d in packs if d))
+
+
 def _default_pack(p) -> int:
     factors = _pack_factors(p)
     cg, og = group_channels(p)
@@ -151,8 +159,8 @@ def configs(p) -> list[Config]:
                 for w, s in ((4, 1), (8, 1), (4, 2))]
         out += [c for c in (Config(fma=True), Config(fma=True, block_p=256),
                             Config(fma=True, block_p=512, num_warps=8)) if _fma_possible(p, c)]
-    # the packed problem through PyTorch's convolution, early: autotuning times the first configs
-    out[1:1] = [Config("packed", pack, packed_by="native") for pack in _pack_factors(p)]
+    # the packed problem through PyTorch's convolution, early (autotuning times the first configs)
+    out[1:1] = [Config("packed", pack, packed_by="native") for pack in _native_packs(p)]
     if _pack_factors(p):
         for pack in [_default_pack(p)] + _pack_factors(p):
             for tile in [None, *implicit_gemm.configs(packed_problem(p, pack))[:6]]:
