@@ -102,6 +102,16 @@ def main():
     w = torch.randn(16, 3, 3, 16, device=args.device, requires_grad=True)
     lo, med = per_call_us(lambda: ndconv.conv_general(x, w, 1, 1), args.device)
     print(f"{'ndconv.conv_general fp32, w needs grad':52} {lo:7.1f} us/call (median {med:.1f})")
+    # a training step's convolution: forward, then both gradients
+    xg, dy = x.clone().requires_grad_(), torch.randn(1, 8, 8, 16, device=args.device)
+    xt, wt, dyt = (t.detach().movedim(-1, 1).requires_grad_() for t in (x, w, dy))
+    steps = {
+        "F.conv2d forward + backward (x, w need grad)": lambda: F.conv2d(xt, wt, padding=1).backward(dyt),
+        "ndconv.conv_general forward + backward": lambda: ndconv.conv_general(xg, w, 1, 1).backward(dy),
+    }
+    for name, fn in steps.items():
+        lo, med = per_call_us(fn, args.device, calls=500)
+        print(f"{name:52} {lo:7.1f} us/call (median {med:.1f})")
     if args.device == "cuda":
         graph_check(args.device)
     if args.profile:  # the planner's path, then each Triton algorithm's, on the first row's problem
