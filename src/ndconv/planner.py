@@ -2,7 +2,8 @@
 
 ``plan(p)`` returns the forced algorithm (``algorithm=`` or ``NDCONV_ALGORITHM``), else with
 autotuning on (``autotune(True)`` or ``NDCONV_AUTOTUNE=1``; ``"gpu"`` ranks by GPU time alone)
-the measured fastest correct candidate (see ``tuning``), else the first algorithm in preference order that supports ``p``.
+the measured fastest correct candidate (see ``tuning``), else the first algorithm in preference
+order that supports ``p``.
 Plans are kept in a thread-safe LRU keyed by the problem (``NDCONV_PLAN_CACHE_SIZE`` entries,
 default 128), so a repeated problem costs one dictionary lookup. ``explain(p)`` shows the whole
 decision.
@@ -242,8 +243,8 @@ def _measured_first(p: ConvProblem) -> str | None:
 
     PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on
     the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
-    conv1d: depthwise 64 us against 1.47 ms); small groups (1.0-1.1x); forwards with symmetric padding (r50, vae,
-    conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more than 128
+    conv1d: depthwise 64 us against 1.47 ms); small groups (1.0-1.1x); forwards with symmetric
+    padding (r50, vae, conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more than 128
     output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA kernel:
     97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA kernel
     takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40

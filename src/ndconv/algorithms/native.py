@@ -124,19 +124,20 @@ class _Conv:
 
     @cached_property
     def _geometry(self):
-        """(shape of pre(x), (shape, strides) of the torch weight, shape of the uncropped output):
-        what the gradient formulations need besides the operands' values, found once on meta
+        """((shape, strides) of pre(x), (shape, strides) of the torch weight, shape of the
+        uncropped output): what a call needs besides the operands' values, found once on meta
         tensors (a meta convolution per call cost 65 us of host time on a CPU)."""
         x = self.pre(torch.empty(self.p.x_shape, device="meta"))
         w = self.weight(torch.empty(self.p.w_shape, device="meta"))
-        return x.shape, (w.shape, w.stride()), torch.convolution(x, w, None, *self._args()).shape
+        full_shape = torch.convolution(x, w, None, *self._args()).shape
+        return (x.shape, x.stride()), (w.shape, w.stride()), full_shape
 
     def formulations(self) -> dict[str, Formulation]:
         def fwd_run(x, w):
             return self.lower(self._crop(torch.convolution(self.pre(x), w, None, *self._args())))
 
         def dgrad_prepare(dy, w):
-            x_shape, _, full_shape = self._geometry
+            (x_shape, _), _, full_shape = self._geometry
             x_like = torch.empty(x_shape, device=dy.device, dtype=dy.dtype,  # shape and layout only
                                  memory_format=_memory_format(len(x_shape)))
             return channels_first(dy), self.weight(w), x_like, full_shape
@@ -376,17 +377,16 @@ _PLAIN = ("conv", "conv (as 2-D)")
 
 
 def _plain_forward(p, name: str):
-    """The prepared forward of a _PLAIN formulation: the operands' view geometry, the
-    convolution's arguments and the flip found once, on meta tensors, so that a call is one
+    """The prepared forward of a _PLAIN formulation: the operands' view geometry
+    (_Conv._geometry), the convolution's arguments and the flip found once, so that a call is one
     convolution between two views (on a CPU the general call's closures cost 9 us of host time
     against a 10 us convolution; half of it was torch.ops' dispatch)."""
     c = next(c for c in _convs(p) if c.name == name)
-    x_view = c.pre(torch.empty(p.x_shape, device="meta"))
-    w_view = c.weight(torch.empty(p.w_shape, device="meta"))  # flipped, then made contiguous
-    x_geometry, w_geometry = (x_view.shape, x_view.stride()), (w_view.shape, w_view.stride())
-    args, shape, lifted = c._args(), p.result_shape, x_view.dim() > p.ndim + 2  # 1-D as 2-D
+    x_geometry, w_geometry, _ = c._geometry  # the weight's: flipped, then made contiguous
+    dims = len(x_geometry[0])
+    args, shape, lifted = c._args(), p.result_shape, dims > p.ndim + 2  # 1-D as 2-D
     flip = tuple(range(1, 1 + p.ndim)) if p.flip else None
-    channels_to_last = (0, *range(2, x_view.dim()), 1)
+    channels_to_last = (0, *range(2, dims), 1)
 
     def call(a, b):
         b = b.flip(flip) if flip else b
