@@ -241,15 +241,15 @@ def _measured_first(p: ConvProblem) -> str | None:
     fastest on ``p``'s kind of problem where that is not the preference order's first, else
     None.
 
-    PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on
-    the dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal
-    conv1d: depthwise 64 us against 1.47 ms); small groups (1.0-1.1x); forwards with symmetric
-    padding (r50, vae, conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more than 128
-    output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA kernel:
-    97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA kernel
-    takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
-    against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221); and strided problems
-    the TMA kernel does not take.
+    PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on the
+    dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal conv1d:
+    depthwise 64 us against 1.47 ms); small groups (1.0-1.1x); forwards with symmetric padding
+    (r50, vae, conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more
+    than 128 output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA
+    kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA
+    kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
+    against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221); and strided problems the
+    TMA kernel does not take.
 
     The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps or more in half
     precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13 0.32 against
@@ -276,7 +276,8 @@ def _measured_first(p: ConvProblem) -> str | None:
         if math.prod(p.kernel) >= TOEPLITZ_MIN_TAPS and toeplitz.supports(p)[0] and (
                 p.dtype != torch.float32 or p.allow_tf32):
             return "toeplitz"
-        return None  # the direct kernel, 3x3 too: dw3x3_56 56.2 against 57.4 us, dw3x3s2_112 65.7 against 73.7
+        # the direct kernel, 3x3 too: dw3x3_56 56.2 against 57.4 us, dw3x3s2_112 65.7 against 73.7
+        return None
     if grouped.supports(p)[0]:
         return "native"
     asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)

@@ -145,7 +145,7 @@ class _Conv:
         def wgrad_prepare(x, dy):
             _, w_geometry, full_shape = self._geometry
             w_like = torch.empty_strided(*w_geometry, device=x.device, dtype=x.dtype)  # shape and layout only
-            return channels_first(dy), self.pre(x), w_like, full_shape  # pre(x): the forward computed it already
+            return channels_first(dy), self.pre(x), w_like, full_shape  # the forward computed pre(x) too
 
         def full_dy(dy, full_shape):
             """The uncropped convolution's output gradient (zeros where the crop cut)."""
@@ -366,7 +366,7 @@ def prepare(p, config: str | None):
         return _plain_forward(p, f.name)
 
     def call(a, b):
-        if p.pass_ == "dgrad" and not forward_weight:  # the forward weight [O, *K, C/G] as the dgrad's [C, *K, O/G]
+        if p.pass_ == "dgrad" and not forward_weight:  # forward weight [O, *K, C/G] as dgrad's [C, *K, O/G]
             b = b.unflatten(0, (G, -1)).transpose(1, -1).flatten(0, 1)
         return f.to_natural(f.run(*f.prepare(a, b))).reshape(shape).contiguous()
     return call
