@@ -1,6 +1,8 @@
 """Every algorithm against the float64 reference: every case, pass and dtype, on fresh random
 operands, outputs poisoned with NaN before the call (ndconv.testing.check)."""
 
+import zlib
+
 import pytest
 import torch
 from cases import CASE_PARAMS, PASSES, conv_args, for_pass
@@ -50,7 +52,7 @@ def test_algorithm_matches_reference(case, pass_, name, dtype):
     p = for_pass(case.problem(dtype=dtype, device=DEVICE), pass_)
     ok, reason = REGISTRY[name].supports(p)
     assert ok, reason
-    report = testing.check(name, p, seed=hash((case.name, pass_)) % 1000)
+    report = testing.check(name, p, seed=zlib.crc32(f"{case.name} {pass_}".encode()) % 1000)
     assert report.ok, f"{name} on {p}: {report}"
 
 
@@ -97,6 +99,25 @@ def test_native_prepared_forward_matches_reference(case):
         ref = testing.reference_result(p, a, b)
         for name in native.configs(p):
             testing.assert_close(native.prepare(p, name)(a, b), ref, testing.tolerance(p), name)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="cuDNN accumulates half types in fp32 itself")
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_native_accumulates_half_types_in_float32_on_the_cpu(pass_, dtype):
+    """PyTorch's CPU convolutions round half-precision partial sums (a 3x3x3 input gradient in
+    fp16 failed fp16's tolerance): native's half results there are its float32 results rounded
+    once, through run and through its prepared calls."""
+    from ndconv.algorithms import native
+
+    case = next(c for c in testing.CASES if c.name == "3d_3x3x3")
+    p = for_pass(case.problem(dtype=dtype, device=DEVICE), pass_)
+    p32 = for_pass(case.problem(dtype=torch.float32, device=DEVICE), pass_)
+    a, b = testing.random_operands(p, 0, device=DEVICE)
+    for name in native.configs(p):
+        expected = native.prepare(p32, name)(a.float(), b.float()).to(dtype)
+        assert torch.equal(native.prepare(p, name)(a, b), expected), name
+        assert torch.equal(testing.run_algorithm("native", p, a, b, name), expected), name
 
 
 def test_small_group_algorithms_take_their_problems_and_say_why_they_refuse_others():
