@@ -83,9 +83,10 @@ FLIPPED_PLAIN = [  # flipped kernels with symmetric padding: the plain formulati
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS + FLIPPED_PLAIN)
-def test_native_prepared_forward_matches_reference(case):
-    """native's prepared forward (the plain direct formulations: one convolution between views
-    whose geometry was found once) and every other formulation's, on fresh operands."""
+def test_native_prepared_calls_match_reference(case):
+    """native's prepared calls of every pass (the plain direct formulations: one convolution or
+    convolution_backward between views whose geometry was found once) and every other
+    formulation's, on fresh operands."""
     from ndconv.algorithms import native
 
     if isinstance(case, tuple):
@@ -94,11 +95,13 @@ def test_native_prepared_forward_matches_reference(case):
         assert "conv" in native.configs(p)
     else:
         p = case.problem(dtype=torch.float32, device=DEVICE)
-    for seed in (4, 5):
-        a, b = testing.random_operands(p, seed, device=DEVICE)
-        ref = testing.reference_result(p, a, b)
-        for name in native.configs(p):
-            testing.assert_close(native.prepare(p, name)(a, b), ref, testing.tolerance(p), name)
+    for pass_ in PASSES:
+        q = for_pass(p, pass_)
+        for seed in (4, 5):
+            a, b = testing.random_operands(q, seed, device=DEVICE)
+            ref = testing.reference_result(q, a, b)
+            for name in native.configs(q):
+                testing.assert_close(native.prepare(q, name)(a, b), ref, testing.tolerance(q), f"{pass_} {name}")
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="cuDNN accumulates half types in fp32 itself")

@@ -377,9 +377,10 @@ def prepare(p, config: str | None):
 
 
 def _prepare(p, config: str | None):
+    plain = _plain(p, config)
+    if plain is not None:
+        return plain
     (f, forward_weight), shape, G = _formulation(p, config), p.result_shape, p.groups
-    if p.pass_ == "fwd" and f.name in _PLAIN:
-        return _plain_forward(p, f.name)
 
     def call(a, b):
         if p.pass_ == "dgrad" and not forward_weight:  # forward weight [O, *K, C/G] as dgrad's [C, *K, O/G]
@@ -392,21 +393,49 @@ def _prepare(p, config: str | None):
 _PLAIN = ("conv", "conv (as 2-D)")
 
 
-def _plain_forward(p, name: str):
-    """The prepared forward of a _PLAIN formulation: the operands' view geometry
-    (_Conv._geometry), the convolution's arguments and the flip found once, so that a call is one
-    convolution between two views (on a CPU the general call's closures cost 9 us of host time
-    against a 10 us convolution; half of it was torch.ops' dispatch)."""
-    c = next(c for c in _convs(p) if c.name == name)
+def _plain(p, config: str | None):
+    """The prepared call of a _PLAIN formulation (the forward, the input gradient through
+    convolution_backward, the weight gradient), None for other formulations. The operands' view
+    geometry, the convolution's arguments and the flip are found once, so that a call is one
+    PyTorch convolution between views (on a CPU the general call's closures cost 9 to 13 us of
+    host time against a 10 to 14 us convolution)."""
+    name = config or default_config(p)
+    if p.pass_ == "dgrad":
+        if not name.startswith(BACKWARD):
+            return None
+        name, forward = name[len(BACKWARD):], forward_of_dgrad(p)
+    else:
+        forward = _forward_of(p)[0]
+    if name not in _PLAIN:
+        return None
+    c = next(c for c in _convs(forward) if c.name == name)
     x_geometry, w_geometry, _ = c._geometry  # the weight's: flipped, then made contiguous
+    y = c.lift(channels_first(torch.empty((forward.batch, *forward.out_spatial, forward.out_channels),
+                                          device="meta")))
+    y_geometry = y.shape, y.stride()
     dims = len(x_geometry[0])
     args, shape, lifted = c._args(), p.result_shape, dims > p.ndim + 2  # 1-D as 2-D
-    flip = tuple(range(1, 1 + p.ndim)) if p.flip else None
+    flip = tuple(range(1, 1 + p.ndim)) if forward.flip else None
     channels_to_last = (0, *range(2, dims), 1)
+    backward = torch.ops.aten.convolution_backward.default
+
+    def weight(b):
+        return (b.flip(flip) if flip else b).as_strided(*w_geometry)
+
+    if p.pass_ == "fwd":
+        def result(x, w):
+            return torch.convolution(x.as_strided(*x_geometry), weight(w), None, *args)
+    elif p.pass_ == "dgrad":
+        def result(dy, w):  # the forward's weight; x_like gives dx's shape and layout only
+            x_like = torch.empty_strided(*x_geometry, dtype=dy.dtype, device=dy.device)
+            return backward(dy.as_strided(*y_geometry), x_like, weight(w), None, *args, (True, False, False))[0]
+    else:
+        def result(x, dy):  # w_like gives dw's shape and layout only
+            w_like = torch.empty_strided(*w_geometry, dtype=x.dtype, device=x.device)
+            return backward(dy.as_strided(*y_geometry), x.as_strided(*x_geometry), w_like, None, *args,
+                            (False, True, False))[1]
 
     def call(a, b):
-        b = b.flip(flip) if flip else b
-        y = torch.convolution(a.as_strided(*x_geometry), b.as_strided(*w_geometry), None, *args)
-        y = y.permute(channels_to_last)
-        return (y.reshape(shape) if lifted else y).contiguous()
+        r = result(a, b).permute(channels_to_last)  # channels last: [N, *S, C] or [O, *K, C/G]
+        return (r.reshape(shape) if lifted else r).contiguous()
     return call
