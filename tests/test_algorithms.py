@@ -104,6 +104,20 @@ def test_native_prepared_calls_match_reference(case):
                 testing.assert_close(native.prepare(q, name)(a, b), ref, testing.tolerance(q), f"{pass_} {name}")
 
 
+def test_native_prepared_call_refuses_operands_of_other_shapes():
+    """The plain formulations view their operands with strides found once: other shapes raise
+    instead of being read wrong."""
+    from ndconv.algorithms import native
+
+    p = make_problem((2, 6, 6, 4), (8, 3, 3, 4), dtype=torch.float32, device=DEVICE, padding=1)
+    for q in (p, p.dgrad(), p.wgrad()):
+        call = native.prepare(q, None)
+        a, b = testing.random_operands(q, 0, device=DEVICE)
+        call(a, b)
+        with pytest.raises(ValueError, match="not the natural"):
+            call(a[:1], b)
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="cuDNN accumulates half types in fp32 itself")
 @pytest.mark.parametrize("pass_", PASSES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ndconv import testing
-from ndconv.algorithms import grouped
+from ndconv.algorithms import grouped, prepared_call
 from ndconv.api import make_problem
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,6 +48,10 @@ def test_kernels_match_reference(case, pass_, config):
             continue
         report = testing.check("grouped", p, seed=len(x), config=config)
         assert report.ok, f"{config} on {p}: {report}"
+        # as a cached call runs it: its prepared call where it has one (packed by native)
+        a, b = testing.random_operands(p, 1, device=DEVICE)
+        out = prepared_call(grouped, p, config)(a, b)
+        testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {config}")
 
 
 @settings(max_examples=30)

@@ -118,7 +118,8 @@ def supports(p):
 def packed_problem(p, pack: int):
     """The same convolution with ``pack`` consecutive groups merged into one."""
     if p.pass_ == "wgrad":  # its x is [C/g, *S, g*N]: the forward's channels per group grow
-        return replace(p, x_shape=(p.x_shape[0] * pack, *p.x_shape[1:]), groups=p.groups // pack)
+        Cg, *S, GN = p.x_shape
+        return replace(p, x_shape=(Cg * pack, *S, GN // pack), groups=p.groups // pack)
     return replace(p, w_shape=(p.w_shape[0], *p.kernel, p.c_per_group * pack), groups=p.groups // pack)
 
 
@@ -207,9 +208,34 @@ def _run_wgrad(p, q, x_t, dy_t, dw_t, pack, algorithm, tile):
     G, Og, *K, Cg = dw.shape
     dense = torch.empty((G // pack * pack * Og, *K, pack * Cg), device=dw.device, dtype=dw.dtype)
     algorithm.run(q, *q.views(x.flatten(-2), dy.flatten(-2), dense), tile)
-    blocks = dense.view(G // pack, pack, Og, math.prod(K), pack, Cg)
+    dw.copy_(_diagonal_blocks(dense, p.groups, pack).view(dw.shape))
+
+
+def _diagonal_blocks(dense: torch.Tensor, groups: int, pack: int) -> torch.Tensor:
+    """The packed weight gradient [G/pack * pack*Og, *K, pack*Cg]'s diagonal blocks: the
+    grouped one, [G*Og, *K, Cg] (a new tensor)."""
+    O, *K, width = dense.shape
+    Og, Cg = O // groups, width // pack
+    blocks = dense.view(groups // pack, pack, Og, math.prod(K), pack, Cg)
     diagonal = torch.diagonal(blocks, dim1=1, dim2=4)  # [G/pack, Og, prod(K), Cg, pack]
-    dw.copy_(diagonal.permute(0, 4, 1, 2, 3).reshape(dw.shape))
+    return diagonal.permute(0, 4, 1, 2, 3).reshape(O, *K, Cg)
+
+
+def prepare(p, config: Config | None):
+    """The packed problem's prepared call through PyTorch's convolution (``packed_by="native"``),
+    which returns PyTorch's result itself (run copies it into a separate output: one more pass
+    over the 51 MB output of grouped3x3_g32); None (run) for the other configs."""
+    config = config or default_config(p)
+    if config.kernel != "packed" or config.packed_by != "native":
+        return None
+    pack, G = config.pack, p.groups
+    call = native.prepare(packed_problem(p, pack), config.tile)
+    if p.pass_ == "wgrad":
+        return lambda x, dy: _diagonal_blocks(call(x, dy), G, pack)
+
+    def packed(a, b):  # b: the forward's weight [O, *K, Cg], block-diagonal per pack groups
+        return call(a, block_diagonal(b.unflatten(0, (G, -1)), pack).flatten(0, 1))
+    return packed
 
 
 # ---------------------------------------------------------------------- direct kernel

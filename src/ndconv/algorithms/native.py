@@ -435,7 +435,12 @@ def _plain(p, config: str | None):
             return backward(dy.as_strided(*y_geometry), x.as_strided(*x_geometry), w_like, None, *args,
                             (False, True, False))[1]
 
+    shapes = p.operand_shapes  # as_strided would read any other operands wrong, silently
+
     def call(a, b):
+        if a.shape != shapes[0] or b.shape != shapes[1]:
+            raise ValueError(f"native: operands {list(a.shape)} and {list(b.shape)} are not the natural "
+                             f"{list(shapes[0])} and {list(shapes[1])} of {p}")
         r = result(a, b).permute(channels_to_last)  # channels last: [N, *S, C] or [O, *K, C/G]
         return (r.reshape(shape) if lifted else r).contiguous()
     return call
