@@ -336,10 +336,18 @@ SPACE_TO_DEPTH_CASES = [  # strided, at most 4 input channels: stride-1 problems
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("x_shape,w_shape,args", SPACE_TO_DEPTH_CASES)
 def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, dtype, monkeypatch):
+    """The space-to-depth problem run by the TMA kernel, or by PyTorch's convolution (through
+    run, and through the prepared call, which returns PyTorch's result)."""
     p = _problem_for_tma(x_shape, w_shape, args, dtype)
     assert implicit_gemm.tma_reason(p) is None, implicit_gemm.tma_reason(p)
-    for config in TMA_CONFIGS:
+    by_native = replace(TMA_CONFIGS[0], space_to_depth_by="native")
+    for config in (*TMA_CONFIGS, by_native):
         _check_tma(p, config, monkeypatch, "_run_space_to_depth", seed=3)
+    tiles = implicit_gemm.tma_configs(p)  # autotuning times it (second)
+    assert tiles[1] == replace(tiles[0], space_to_depth_by="native")
+    a, b = testing.random_operands(p, 4, device=DEVICE)
+    out = implicit_gemm.prepare(p, by_native)(a, b)
+    testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), "prepared")
 
 
 @pytest.mark.parametrize("shape,blocks,stride,lo,channels", [

@@ -20,7 +20,9 @@ accelerator (TMA) loads it, and fills what falls outside the input with zeros, w
 padding: no masks, no per-element addresses, loads pipelined on barriers and fed to wgmma from
 shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) times a block
 of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Strided
-problems fold into stride-1 ones over a view of the input where they can (``Fold``). The weight
+problems fold into stride-1 ones over a view of the input where they can (``Fold``); stems
+(at most 4 input channels) over a space-to-depth copy, whose dense problem PyTorch's convolution
+can run instead (``Config.space_to_depth_by``). The weight
 gradient at stride 1 has a TMA kernel too: per tap, dy's box of positions and x's box shifted
 by the tap, both straight from shared memory into wgmma (split-K as above). ``tma_runner`` is
 the path's entry per kind of problem. It needs TMA's alignment (16-byte strides and base);
@@ -37,6 +39,7 @@ from functools import lru_cache
 
 import torch
 
+from . import native
 from .triton_support import (
     INTERPRET,
     BoundLaunch,
@@ -69,6 +72,7 @@ class Config:
     box_w: int = 0  # along the last one (0, 0: the box of block_m positions that wastes least)
     tma_store: bool = False  # tma: the output tile leaves in one TMA store (else masked stores)
     persistent: int = 0  # tma: programs per SM looping over the tiles (0: one program per tile)
+    space_to_depth_by: str = "implicit_gemm"  # tma, stems: what runs the space-to-depth problem, or "native"
 
 
 def supports(p):
@@ -213,6 +217,8 @@ def prepare(p, config: Config):
         return None
     from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel
 
+    if config.tma and config.space_to_depth_by == "native" and takes_space_to_depth(p):
+        return _space_to_depth_by_native(p)
     views = meta_views(p)
     if views is None:
         return None
@@ -481,6 +487,8 @@ def tma_configs(p) -> list[Config]:
         if bn <= max(64, 2 * p.o_per_group) and c not in tiles:
             tiles.append(c)
     variants = [replace(base, persistent=programs, tma_store=store) for store in (False, True) for programs in (0, 1, 2)]
+    if takes_space_to_depth(p):  # cuDNN on the space-to-depth problem, early (autotuning times the first)
+        variants.insert(0, replace(base, space_to_depth_by="native"))
     out = []
     for c in (base, *variants, *tiles, *(replace(c, tma_store=True) for c in tiles[1:3])):
         if c not in out:
@@ -925,12 +933,33 @@ def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     if isinstance(q, str):
         return False
     x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
+    xs, ws = _space_to_depth_operands(p, q, x, w)
+    if config.space_to_depth_by == "native":
+        native.run(q, *q.views(xs, ws, out))
+        return True
+    return tma_runner(q)(q, *q.views(xs, ws, out), config)  # the taps folded where that pays
+
+
+def _space_to_depth_operands(p, q, x, w):
+    """The space-to-depth problem ``q``'s natural operands from ``p``'s (one copy each)."""
     D = p.ndim
     channels = q.in_channels // math.prod(p.stride)
     xs = padded_blocks(x, q.in_spatial, p.stride, p.padding_lo, channels)
     wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
-    ws = padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
-    return tma_runner(q)(q, *q.views(xs, ws, out), config)  # the taps folded where that pays
+    return xs, padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
+
+
+def _space_to_depth_by_native(p):
+    """The prepared call of a stem's space-to-depth problem run by PyTorch's convolution, which
+    returns its result itself (run copies it into the output). cuDNN runs the stem itself far
+    from its floor (r50_stem_7x7s2: 449 us against 28), but the space-to-depth problem is a
+    dense stride-1 convolution over 16 channels, the kind its kernels are made for."""
+    q = _space_to_depth(p)
+    inner = native.prepare(q, None)
+
+    def call(a, b):
+        return inner(*_space_to_depth_operands(p, q, a, b))
+    return call
 
 
 def _run_tap_folded(p, x, w, out, config: Config) -> bool:
