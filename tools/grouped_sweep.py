@@ -117,9 +117,12 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
         return prepared_call(module, q, config)
 
     # packed block-diagonally: by implicit_gemm (the default's runner), then by PyTorch's convolution
-    for by, packs in (("implicit_gemm", grouped._pack_factors(q)), ("native", grouped._native_packs(q))):
-        for pack in packs:
-            measure(f"packed {pack} by {by}", algo(grouped, C("packed", pack, packed_by=by)))
+    for pack in grouped._native_packs(q):  # every PyTorch formulation of the packed problem
+        for formulation in native.configs(grouped.packed_problem(q, pack)):
+            measure(f"packed {pack} by native {formulation}",
+                    algo(grouped, C("packed", pack, tile=formulation, packed_by="native")))
+    for pack in grouped._pack_factors(q):
+        measure(f"packed {pack} by implicit_gemm", algo(grouped, C("packed", pack)))
     configs = WGRAD if pass_ == "wgrad" else FWD
     for label, config in configs[:short] if short else configs:
         config = _resolve(q, config)

@@ -54,7 +54,7 @@ MIN_BLOCK = 16
 class Config:
     kernel: str = "direct"  # "direct" (grouped_kernels.py) or "packed" (implicit_gemm)
     pack: int = 0  # packed: consecutive groups merged into one block-diagonal group
-    tile: implicit_gemm.Config | None = None  # packed: the packed problem's config (None: its default)
+    tile: implicit_gemm.Config | str | None = None  # packed: the packed problem's config (None: its default)
     packed_by: str = "implicit_gemm"  # packed: the algorithm that runs the packed problem, or "native"
     block_g: int = 0  # direct: whole groups per program (0: the fewest that fill MIN_BLOCK)
     block_p: int = 128  # direct: output positions per program (weight gradient: per step)
