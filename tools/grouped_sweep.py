@@ -37,6 +37,10 @@ CASES = {
     "grouped3x3_g32": ((64, 56, 56, 128), (128, 3, 3, 4), {"padding": 1, "groups": 32}),  # ResNeXt-50 32x4d
     "resnext_g32x8_56": ((32, 56, 56, 256), (256, 3, 3, 8), {"padding": 1, "groups": 32}),  # ResNeXt-101 32x8d
     "regnetx_g24_28": ((64, 28, 28, 168), (168, 3, 3, 24), {"padding": 1, "groups": 7}),  # RegNetX-1.6GF stage 2
+    # depthwise 3x3 (MobileNetV2, the public suite's): packed 16 groups at a time, a 3x3 conv over
+    # 16 channels does 16x the MACs, 8.3 GFLOP on dw3x3_56, under its 27 us memory floor
+    "dw3x3_56": ((64, 56, 56, 144), (144, 3, 3, 1), {"padding": 1, "groups": 144}),
+    "dw3x3s2_112": ((64, 112, 112, 96), (96, 3, 3, 1), {"stride": 2, "padding": 1, "groups": 96}),
 }
 # The direct kernel's configs, most informative first (defaults are block_g 0 = the fewest groups
 # filling 16 lanes, 128-lane tap chunks: 8 + 1 taps for 3x3).
@@ -130,7 +134,7 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
             continue
         measure(f"direct {label}", algo(grouped, config))
         rows[-1]["config"] = asdict(config)
-    if pass_ != "wgrad" and not short:  # CUDA cores: the depthwise kernel's per-lane channel loop
+    if pass_ != "wgrad":  # CUDA cores: the depthwise kernel's per-lane channel loop
         measure("cuda-core depthwise kernel", algo(depthwise, depthwise.default_config(q)))
 
     base = min((r["ms"] for r in rows if r["label"].startswith("torch") and "ms" in r), default=None)
