@@ -123,7 +123,10 @@ TMA_CASES = [  # (x, w, conv_general arguments): tiny, channel rows of 16 bytes 
     pytest.param((2, 13, 16), (8, 3, 16), dict(padding=([2], [0]), kernel_dilation=2), id="1d_causal_kdil"),
     pytest.param((1, 4, 5, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
-TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, tma_store=True), Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4))
+# the warp-specialised config runs the same loop in the interpreter (its split into producer and
+# consumer warps is the compiler's, checked on the GPU)
+TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, tma_store=True), Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4),
+               Config(32, 16, 16, 4, 2, tma=True, warp_specialize=True))
 
 
 def _problem_for_tma(x_shape, w_shape, args, dtype, pass_="fwd"):
@@ -175,7 +178,8 @@ TMA_WGRAD_CASES = [  # output sides with power-of-two factors, so that exact box
     pytest.param((2, 16, 16), (8, 3, 16), dict(padding=([4], [0]), kernel_dilation=2), id="1d_causal_kdil"),
     pytest.param((1, 4, 4, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
-TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True))
+TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True),
+                     Config(16, 16, 16, 4, 2, tma=True, warp_specialize=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
@@ -461,6 +465,42 @@ def test_tma_config_tiles():
     config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
     stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
     assert (stem.block_m, stem.block_n, stem.block_k, stem.persistent) == (128, 64, 64, 2)
+
+
+def test_warp_specialised_configs_are_tuned_early_in_the_shapes_that_compile():
+    """Triton's Hopper warp specialisation compiles (sm_90) for 4-warp tiles of 128 positions
+    with masked stores in the forward kernel (persistent: one program per SM, which its 12
+    warps fill), and of 64 output channels in the weight gradient's; autotuning times them
+    among its first configs."""
+    from ndconv.api import make_problem
+    from ndconv.tuning import MAX_CONFIGS
+
+    p = make_problem((64, 56, 56, 64), (64, 3, 3, 64), padding=1, dtype=torch.bfloat16, device="cpu")
+    for q, first in ((p, implicit_gemm.tma_configs(p)), (p.dgrad(), implicit_gemm.tma_configs(p.dgrad())),
+                     (p.wgrad(), implicit_gemm.tma_wgrad_configs(p.wgrad()))):
+        specialised = [c for c in first[:MAX_CONFIGS] if c.warp_specialize]
+        assert len(specialised) >= 2, q
+        for c in specialised:
+            assert c.num_warps == 4, c
+            if q.pass_ == "wgrad":
+                assert c.block_m == 64, c
+            else:
+                assert c.block_m == 128 and c.persistent <= 1 and not c.tma_store, c
+
+
+def test_warp_specialised_tiles_match_reference(monkeypatch):
+    """Tiles that Triton's Hopper pass does split into producer and consumer warps (the small
+    tiles of TMA_CONFIGS it leaves whole), so that a GPU run checks the specialised code: the
+    forward and input gradient, one tile per program and one persistent program looping over
+    both tiles, and the weight gradient."""
+    monkeypatch.setattr(implicit_gemm, "sm_count", lambda device: 1)
+    tile = Config(128, 64, 64, 4, 4, tma=True, warp_specialize=True)
+    for pass_ in ("fwd", "dgrad"):
+        p = _problem_for_tma((2, 8, 16, 64), (64, 3, 3, 64), dict(padding=1), torch.bfloat16, pass_)
+        for config in (tile, replace(tile, persistent=1)):
+            _check_tma(p, config, monkeypatch, seed=11)
+    p = _problem_for_tma((2, 8, 16, 64), (64, 3, 3, 64), dict(padding=1), torch.bfloat16).wgrad()
+    _check_tma(p, Config(64, 64, 64, 4, 4, tma=True, warp_specialize=True), monkeypatch, "_run_tma_wgrad", seed=12)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

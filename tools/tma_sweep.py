@@ -50,7 +50,8 @@ def label(c: ig.Config) -> str:
     tiles = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
     return tiles + (f" box {f'{c.box_h}x{c.box_w}' if c.box_w else 'auto'}{' tma-store' if c.tma_store else ''}"
                     f"{f' persistent {c.persistent}/SM' if c.persistent else ''}"
-                    f"{' space-to-depth by native' if c.space_to_depth_by == 'native' else ''}" if c.tma else "")
+                    f"{' space-to-depth by native' if c.space_to_depth_by == 'native' else ''}"
+                    f"{' warp-specialised' if c.warp_specialize else ''}" if c.tma else "")
 
 
 def candidates(q, max_configs: int) -> list[ig.Config]:

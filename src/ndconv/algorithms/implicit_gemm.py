@@ -22,9 +22,11 @@ shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) 
 of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Strided
 problems fold into stride-1 ones over a view of the input where they can (``Fold``); stems
 (at most 4 input channels) over a space-to-depth copy, whose dense problem PyTorch's convolution
-can run instead (``Config.space_to_depth_by``). The weight
-gradient at stride 1 has a TMA kernel too: per tap, dy's box of positions and x's box shifted
-by the tap, both straight from shared memory into wgmma (split-K as above). ``tma_runner`` is
+can run instead (``Config.space_to_depth_by``). The weight gradient at stride 1 has a TMA
+kernel too: per tap, dy's box of positions and x's box shifted by the tap, both straight from
+shared memory into wgmma (split-K as above). Either kernel's main loop can be warp-specialised
+(``Config.warp_specialize``: Triton splits it into a warpgroup issuing the TMA loads and two
+running wgmma). ``tma_runner`` is
 the path's entry per kind of problem. It needs TMA's alignment (16-byte strides and base);
 problems or tensors without it, and GPUs before sm_90, take the gather path.
 
@@ -72,6 +74,7 @@ class Config:
     box_w: int = 0  # along the last one (0, 0: the box of block_m positions that wastes least)
     tma_store: bool = False  # tma: the output tile leaves in one TMA store (else masked stores)
     persistent: int = 0  # tma: programs per SM looping over the tiles (0: one program per tile)
+    warp_specialize: bool = False  # tma: the main loop split into TMA-producer and wgmma-consumer warps
     space_to_depth_by: str = "implicit_gemm"  # tma, stems: what runs the space-to-depth problem, or "native"
 
 
@@ -434,7 +437,7 @@ def tma_config(p) -> Config:
     block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
     warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
     3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
-    main loop (Triton 3.6 does not warp-specialise this loop on Hopper). Measured on the H200
+    main loop (the warp-specialised tiles of tma_configs are not yet measured). Measured on the H200
     (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
     (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
     divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
@@ -477,16 +480,30 @@ _TMA_TILES = ((128, 128, 8, 3), (128, 64, 4, 4), (256, 64, 4, 4), (256, 128, 8, 
               (128, 128, 8, 4), (64, 128, 4, 4))
 
 
+# Warp-specialised TMA tiles (output channels, stages, programs per SM): Triton 3.6's Hopper
+# pass (a loop over tl.range(..., warp_specialize=True)) splits the main loop into one
+# warpgroup issuing the TMA loads and two running wgmma, the overlap a single warpgroup's loop
+# lacks. Compiled for sm_90 (tools/tma_ptx.py --warp-specialize) it takes 4-warp tiles of 128
+# positions with masked stores; in the persistent loop (left unflattened) the whole tile loop
+# is specialised, so the producer loads the next tile during the consumers' epilogue. 256
+# positions and the TMA-store epilogue fail in the pass; 8 warps are left unspecialised. The
+# 12 warps take all of an SM's registers: one program per SM. Not yet measured.
+_TMA_SPECIALISED_TILES = ((128, 4, 1), (256, 3, 1), (64, 4, 1), (128, 4, 0))
+
+
 def tma_configs(p) -> list[Config]:
-    """TMA tiles for autotuning (tma_config's first, then its persistent and TMA-store
-    variants), pruned by the output channels."""
+    """TMA tiles for autotuning (tma_config's first, then its warp-specialised, persistent and
+    TMA-store variants), pruned by the output channels."""
     base = tma_config(p)
     tiles = [base]
     for bm, bn, warps, stages in _TMA_TILES:
         c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, persistent=0)
         if bn <= max(64, 2 * p.o_per_group) and c not in tiles:
             tiles.append(c)
-    variants = [replace(base, persistent=programs, tma_store=store) for store in (False, True) for programs in (0, 1, 2)]
+    variants = [replace(base, block_m=128, block_n=bn, num_warps=4, num_stages=stages, persistent=programs,
+                        tma_store=False, warp_specialize=True)
+                for bn, stages, programs in _TMA_SPECIALISED_TILES if bn <= max(64, 2 * p.o_per_group)]
+    variants += [replace(base, persistent=programs, tma_store=store) for store in (False, True) for programs in (0, 1, 2)]
     if takes_space_to_depth(p):  # cuDNN on the space-to-depth problem, early (autotuning times the first)
         variants.insert(0, replace(base, space_to_depth_by="native"))
     out = []
@@ -603,6 +620,7 @@ def _tma_launch(p, x, w, out, config: Config):
     meta = dict(
         FLIP=p.flip, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=config.persistent > 0,
+        WARP_SPECIALIZE=config.warp_specialize,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return grid, args, meta
@@ -630,12 +648,15 @@ _TMA_WGRAD_BLOCK_MAX = 128
 
 
 def tma_wgrad_configs(p) -> list[Config]:
-    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first), pruned by the channels."""
+    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first, then the
+    warp-specialised ones: 64 output channels on 4 warps, as they compile for sm_90, not yet
+    measured), pruned by the channels."""
     Cg, Og = group_channels(p)
     out = [tma_wgrad_config(p)]
-    for bo, bc, bk, warps, stages in _TMA_WGRAD_TILES:
-        c = Config(bo, bc, bk, warps, stages, tma=True)
-        if bo <= max(64, 2 * Og) and bc <= max(16, 2 * Cg) and c not in out:
+    tiles = [Config(64, bc, 64, 4, 4, tma=True, warp_specialize=True) for bc in (128, 64)]
+    tiles += [Config(bo, bc, bk, warps, stages, tma=True) for bo, bc, bk, warps, stages in _TMA_WGRAD_TILES]
+    for c in tiles:
+        if c.block_m <= max(64, 2 * Og) and c.block_n <= max(16, 2 * Cg) and c not in out:
             out.append(c)
     return out
 
@@ -699,7 +720,7 @@ def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config) -> bool:
         *SO, *K, *KD, *LO,
         st[0], st[1], st[2], *spatial_strides(target, 3 if split > 1 else 2, D), st[-1],
         PRECISION=_precision(p), UPCAST=INTERPRET,
-        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc,
+        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc, WARP_SPECIALIZE=config.warp_specialize,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:
