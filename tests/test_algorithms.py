@@ -101,7 +101,8 @@ def test_native_prepared_calls_match_reference(case):
             a, b = testing.random_operands(q, seed, device=DEVICE)
             ref = testing.reference_result(q, a, b)
             for name in native.configs(q):
-                testing.assert_close(native.prepare(q, name)(a, b), ref, testing.tolerance(q), f"{pass_} {name}")
+                out = native.prepare(q, name)(a, b)
+                testing.assert_close(out, ref, testing.tolerance(q), f"{pass_} {name}")
 
 
 def test_native_prepared_call_refuses_operands_of_other_shapes():

@@ -51,7 +51,8 @@ def test_kernels_match_reference(case, pass_, config):
         # as a cached call runs it: its prepared call where it has one (packed by native)
         a, b = testing.random_operands(p, 1, device=DEVICE)
         out = prepared_call(grouped, p, config)(a, b)
-        testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {config}")
+        ref = testing.reference_result(p, a, b)
+        testing.assert_close(out, ref, testing.tolerance(p), f"prepared {config}")
 
 
 @settings(max_examples=30)

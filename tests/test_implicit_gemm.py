@@ -125,7 +125,8 @@ TMA_CASES = [  # (x, w, conv_general arguments): tiny, channel rows of 16 bytes 
 ]
 # the warp-specialised config runs the same loop in the interpreter (its split into producer and
 # consumer warps is the compiler's, checked on the GPU)
-TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, tma_store=True), Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4),
+TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, tma_store=True),
+               Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4),
                Config(32, 16, 16, 4, 2, tma=True, warp_specialize=True))
 
 
@@ -500,7 +501,8 @@ def test_warp_specialised_tiles_match_reference(monkeypatch):
         for config in (tile, replace(tile, persistent=1)):
             _check_tma(p, config, monkeypatch, seed=11)
     p = _problem_for_tma((2, 8, 16, 64), (64, 3, 3, 64), dict(padding=1), torch.bfloat16).wgrad()
-    _check_tma(p, Config(64, 64, 64, 4, 4, tma=True, warp_specialize=True), monkeypatch, "_run_tma_wgrad", seed=12)
+    wgrad_tile = Config(64, 64, 64, 4, 4, tma=True, warp_specialize=True)
+    _check_tma(p, wgrad_tile, monkeypatch, "_run_tma_wgrad", seed=12)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

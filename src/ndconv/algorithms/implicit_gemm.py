@@ -26,9 +26,9 @@ can run instead (``Config.space_to_depth_by``). The weight gradient at stride 1 
 kernel too: per tap, dy's box of positions and x's box shifted by the tap, both straight from
 shared memory into wgmma (split-K as above). Either kernel's main loop can be warp-specialised
 (``Config.warp_specialize``: Triton splits it into a warpgroup issuing the TMA loads and two
-running wgmma). ``tma_runner`` is
-the path's entry per kind of problem. It needs TMA's alignment (16-byte strides and base);
-problems or tensors without it, and GPUs before sm_90, take the gather path.
+running wgmma). ``tma_runner`` is the path's entry per kind of problem. It needs TMA's
+alignment (16-byte strides and base); problems or tensors without it, and GPUs before sm_90,
+take the gather path.
 
 Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 """
@@ -437,7 +437,7 @@ def tma_config(p) -> Config:
     block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
     warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
     3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
-    main loop (the warp-specialised tiles of tma_configs are not yet measured). Measured on the H200
+    main loop (tma_configs' warp-specialised tiles are not yet measured). Measured on the H200
     (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
     (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
     divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
@@ -503,7 +503,8 @@ def tma_configs(p) -> list[Config]:
     variants = [replace(base, block_m=128, block_n=bn, num_warps=4, num_stages=stages, persistent=programs,
                         tma_store=False, warp_specialize=True)
                 for bn, stages, programs in _TMA_SPECIALISED_TILES if bn <= max(64, 2 * p.o_per_group)]
-    variants += [replace(base, persistent=programs, tma_store=store) for store in (False, True) for programs in (0, 1, 2)]
+    variants += [replace(base, persistent=programs, tma_store=store)
+                 for store in (False, True) for programs in (0, 1, 2)]
     if takes_space_to_depth(p):  # cuDNN on the space-to-depth problem, early (autotuning times the first)
         variants.insert(0, replace(base, space_to_depth_by="native"))
     out = []

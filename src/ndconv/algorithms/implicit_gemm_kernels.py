@@ -274,7 +274,8 @@ def conv_fwd_tma_kernel(
     T2 = tl.cdiv(Q2, B2)
     T1 = tl.cdiv(Q1, B1)
     mn_tiles = tl.cdiv(N, BB) * T1 * T2 * T3 * n_tiles
-    for tile in tl.range(tl.program_id(0), G * NPHASE * mn_tiles, tl.num_programs(0), flatten=PERSISTENT and not WARP_SPECIALIZE):
+    flatten: tl.constexpr = PERSISTENT and not WARP_SPECIALIZE
+    for tile in tl.range(tl.program_id(0), G * NPHASE * mn_tiles, tl.num_programs(0), flatten=flatten):
         pid_m = tile % mn_tiles // n_tiles
         pid_n = tile % n_tiles
         pid_z = tile // mn_tiles
@@ -294,7 +295,8 @@ def conv_fwd_tma_kernel(
         u2 = u1
         u3 = u1
         c0 = u1
-        for kk in tl.range(0, tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K), warp_specialize=WARP_SPECIALIZE):
+        steps = tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K)
+        for kk in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE):
             a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
             a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
             t1 = _weight_tap(T01, u1, PT1, K1, FLIP)

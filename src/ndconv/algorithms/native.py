@@ -428,7 +428,8 @@ def _plain(p, config: str | None):
     elif p.pass_ == "dgrad":
         def result(dy, w):  # the forward's weight; x_like gives dx's shape and layout only
             x_like = torch.empty_strided(*x_geometry, dtype=dy.dtype, device=dy.device)
-            return backward(dy.as_strided(*y_geometry), x_like, weight(w), None, *args, (True, False, False))[0]
+            return backward(dy.as_strided(*y_geometry), x_like, weight(w), None, *args,
+                            (True, False, False))[0]
     else:
         def result(x, dy):  # w_like gives dw's shape and layout only
             w_like = torch.empty_strided(*w_geometry, dtype=x.dtype, device=x.device)
