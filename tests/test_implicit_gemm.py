@@ -468,15 +468,19 @@ def test_tma_config_tiles():
     assert (stem.block_m, stem.block_n, stem.block_k, stem.persistent) == (128, 64, 64, 2)
 
 
-def test_warp_specialised_configs_are_tuned_early_in_the_shapes_that_compile():
+def test_warp_specialised_configs_are_tuned_early_in_the_shapes_that_compile(monkeypatch):
     """Triton's Hopper warp specialisation compiles (sm_90) for 4-warp tiles of 128 positions
     with masked stores in the forward kernel (persistent: one program per SM, which its 12
-    warps fill), and of 64 output channels in the weight gradient's; autotuning times them
-    among its first configs."""
+    warps fill), and of 64 output channels in the weight gradient's; with
+    NDCONV_WARP_SPECIALIZE=1 (until they have run on a GPU) autotuning times them among its
+    first configs."""
     from ndconv.api import make_problem
     from ndconv.tuning import MAX_CONFIGS
 
     p = make_problem((64, 56, 56, 64), (64, 3, 3, 64), padding=1, dtype=torch.bfloat16, device="cpu")
+    for configs in (implicit_gemm.tma_configs(p), implicit_gemm.tma_wgrad_configs(p.wgrad())):
+        assert not any(c.warp_specialize for c in configs)
+    monkeypatch.setenv(implicit_gemm.ENV_WARP_SPECIALIZE, "1")
     for q, first in ((p, implicit_gemm.tma_configs(p)), (p.dgrad(), implicit_gemm.tma_configs(p.dgrad())),
                      (p.wgrad(), implicit_gemm.tma_wgrad_configs(p.wgrad()))):
         specialised = [c for c in first[:MAX_CONFIGS] if c.warp_specialize]

@@ -20,6 +20,8 @@ import time
 import traceback
 from dataclasses import asdict, replace
 
+os.environ.setdefault("NDCONV_WARP_SPECIALIZE", "1")  # the untried warp-specialised tiles too
+
 import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -24,6 +24,8 @@ import time
 if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+os.environ.setdefault("NDCONV_WARP_SPECIALIZE", "1")  # the untried warp-specialised tiles too
+
 import torch  # noqa: E402
 
 from ndconv import testing  # noqa: E402

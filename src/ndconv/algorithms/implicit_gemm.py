@@ -36,6 +36,7 @@ Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -487,13 +488,22 @@ _TMA_TILES = ((128, 128, 8, 3), (128, 64, 4, 4), (256, 64, 4, 4), (256, 128, 8, 
 # positions with masked stores; in the persistent loop (left unflattened) the whole tile loop
 # is specialised, so the producer loads the next tile during the consumers' epilogue. 256
 # positions and the TMA-store epilogue fail in the pass; 8 warps are left unspecialised. The
-# 12 warps take all of an SM's registers: one program per SM. Not yet measured.
+# 12 warps take all of an SM's registers: one program per SM. Never yet run on a GPU, so
+# autotuning tries them only when asked (a barrier bug in a new compiler pass would hang, not
+# fail a check); the sweeps in tools/ ask.
 _TMA_SPECIALISED_TILES = ((128, 4, 1), (256, 3, 1), (64, 4, 1), (128, 4, 0))
+ENV_WARP_SPECIALIZE = "NDCONV_WARP_SPECIALIZE"
+
+
+def _warp_specialised_tiles() -> bool:
+    """Whether the configs include the warp-specialised TMA tiles (NDCONV_WARP_SPECIALIZE=1)."""
+    return os.environ.get(ENV_WARP_SPECIALIZE) == "1"
 
 
 def tma_configs(p) -> list[Config]:
-    """TMA tiles for autotuning (tma_config's first, then its warp-specialised, persistent and
-    TMA-store variants), pruned by the output channels."""
+    """TMA tiles for autotuning (tma_config's first, then its warp-specialised ones when
+    NDCONV_WARP_SPECIALIZE=1, its persistent and TMA-store variants), pruned by the output
+    channels."""
     base = tma_config(p)
     tiles = [base]
     for bm, bn, warps, stages in _TMA_TILES:
@@ -502,7 +512,8 @@ def tma_configs(p) -> list[Config]:
             tiles.append(c)
     variants = [replace(base, block_m=128, block_n=bn, num_warps=4, num_stages=stages, persistent=programs,
                         tma_store=False, warp_specialize=True)
-                for bn, stages, programs in _TMA_SPECIALISED_TILES if bn <= max(64, 2 * p.o_per_group)]
+                for bn, stages, programs in _TMA_SPECIALISED_TILES
+                if _warp_specialised_tiles() and bn <= max(64, 2 * p.o_per_group)]
     variants += [replace(base, persistent=programs, tma_store=store)
                  for store in (False, True) for programs in (0, 1, 2)]
     if takes_space_to_depth(p):  # cuDNN on the space-to-depth problem, early (autotuning times the first)
@@ -649,12 +660,13 @@ _TMA_WGRAD_BLOCK_MAX = 128
 
 
 def tma_wgrad_configs(p) -> list[Config]:
-    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first, then the
-    warp-specialised ones: 64 output channels on 4 warps, as they compile for sm_90, not yet
-    measured), pruned by the channels."""
+    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first, then, when
+    NDCONV_WARP_SPECIALIZE=1, the warp-specialised ones: 64 output channels on 4 warps, as
+    they compile for sm_90), pruned by the channels."""
     Cg, Og = group_channels(p)
     out = [tma_wgrad_config(p)]
-    tiles = [Config(64, bc, 64, 4, 4, tma=True, warp_specialize=True) for bc in (128, 64)]
+    tiles = [Config(64, bc, 64, 4, 4, tma=True, warp_specialize=True)
+             for bc in (128, 64) if _warp_specialised_tiles()]
     tiles += [Config(bo, bc, bk, warps, stages, tma=True) for bo, bc, bk, warps, stages in _TMA_WGRAD_TILES]
     for c in tiles:
         if c.block_m <= max(64, 2 * Og) and c.block_n <= max(16, 2 * Cg) and c not in out:
