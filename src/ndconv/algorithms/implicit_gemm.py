@@ -510,10 +510,10 @@ def tma_configs(p) -> list[Config]:
         c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, persistent=0)
         if bn <= max(64, 2 * p.o_per_group) and c not in tiles:
             tiles.append(c)
+    specialised = _TMA_SPECIALISED_TILES if _warp_specialised_tiles() else ()
     variants = [replace(base, block_m=128, block_n=bn, num_warps=4, num_stages=stages, persistent=programs,
                         tma_store=False, warp_specialize=True)
-                for bn, stages, programs in _TMA_SPECIALISED_TILES
-                if _warp_specialised_tiles() and bn <= max(64, 2 * p.o_per_group)]
+                for bn, stages, programs in specialised if bn <= max(64, 2 * p.o_per_group)]
     variants += [replace(base, persistent=programs, tma_store=store)
                  for store in (False, True) for programs in (0, 1, 2)]
     if takes_space_to_depth(p):  # cuDNN on the space-to-depth problem, early (autotuning times the first)

@@ -336,14 +336,19 @@ def _forward_of(p):
     return forward, "wgrad"
 
 
-def _formulation(p, config: str | None):
-    """(formulation, whether it takes the forward's weight) of ``config`` (a ``configs`` name)."""
+def _source(p, config: str | None):
+    """(forward problem, its pass, formulation name, whether it takes the forward's weight) of
+    ``config`` (a ``configs`` name)."""
     name = config or default_config(p)
     if name.startswith(BACKWARD):
-        name = name[len(BACKWARD):]
-        return next(f for f in formulations(forward_of_dgrad(p), "dgrad") if f.name == name), True
-    forward, pass_ = _forward_of(p)
-    return next(f for f in formulations(forward, pass_) if f.name == name), False
+        return forward_of_dgrad(p), "dgrad", name[len(BACKWARD):], True
+    return (*_forward_of(p), name, False)
+
+
+def _formulation(p, config: str | None):
+    """(formulation, whether it takes the forward's weight) of ``config`` (a ``configs`` name)."""
+    forward, pass_, name, forward_weight = _source(p, config)
+    return next(f for f in formulations(forward, pass_) if f.name == name), forward_weight
 
 
 def _in_float32(p) -> bool:
@@ -399,14 +404,8 @@ def _plain(p, config: str | None):
     geometry, the convolution's arguments and the flip are found once, so that a call is one
     PyTorch convolution between views (on a CPU the general call's closures cost 9 to 13 us of
     host time against a 10 to 14 us convolution)."""
-    name = config or default_config(p)
-    if p.pass_ == "dgrad":
-        if not name.startswith(BACKWARD):
-            return None
-        name, forward = name[len(BACKWARD):], forward_of_dgrad(p)
-    else:
-        forward = _forward_of(p)[0]
-    if name not in _PLAIN:
+    forward, _, name, forward_weight = _source(p, config)
+    if name not in _PLAIN or (p.pass_ == "dgrad" and not forward_weight):  # dgrad: its backward only
         return None
     c = next(c for c in _convs(forward) if c.name == name)
     x_geometry, w_geometry, _ = c._geometry  # the weight's: flipped, then made contiguous
