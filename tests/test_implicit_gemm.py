@@ -123,11 +123,8 @@ TMA_CASES = [  # (x, w, conv_general arguments): tiny, channel rows of 16 bytes 
     pytest.param((2, 13, 16), (8, 3, 16), dict(padding=([2], [0]), kernel_dilation=2), id="1d_causal_kdil"),
     pytest.param((1, 4, 5, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
-# the warp-specialised config runs the same loop in the interpreter (its split into producer and
-# consumer warps is the compiler's, checked on the GPU)
 TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, tma_store=True),
-               Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4),
-               Config(32, 16, 16, 4, 2, tma=True, warp_specialize=True))
+               Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4))
 
 
 def _problem_for_tma(x_shape, w_shape, args, dtype, pass_="fwd"):
@@ -179,8 +176,7 @@ TMA_WGRAD_CASES = [  # output sides with power-of-two factors, so that exact box
     pytest.param((2, 16, 16), (8, 3, 16), dict(padding=([4], [0]), kernel_dilation=2), id="1d_causal_kdil"),
     pytest.param((1, 4, 4, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
-TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True),
-                     Config(16, 16, 16, 4, 2, tma=True, warp_specialize=True))
+TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
@@ -341,18 +337,10 @@ SPACE_TO_DEPTH_CASES = [  # strided, at most 4 input channels: stride-1 problems
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("x_shape,w_shape,args", SPACE_TO_DEPTH_CASES)
 def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, dtype, monkeypatch):
-    """The space-to-depth problem run by the TMA kernel, or by PyTorch's convolution (through
-    run, and through the prepared call, which returns PyTorch's result)."""
     p = _problem_for_tma(x_shape, w_shape, args, dtype)
     assert implicit_gemm.tma_reason(p) is None, implicit_gemm.tma_reason(p)
-    by_native = replace(TMA_CONFIGS[0], space_to_depth_by="native")
-    for config in (*TMA_CONFIGS, by_native):
+    for config in TMA_CONFIGS:
         _check_tma(p, config, monkeypatch, "_run_space_to_depth", seed=3)
-    tiles = implicit_gemm.tma_configs(p)  # autotuning times it (second)
-    assert tiles[1] == replace(tiles[0], space_to_depth_by="native")
-    a, b = testing.random_operands(p, 4, device=DEVICE)
-    out = implicit_gemm.prepare(p, by_native)(a, b)
-    testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), "prepared")
 
 
 @pytest.mark.parametrize("shape,blocks,stride,lo,channels", [
@@ -466,47 +454,6 @@ def test_tma_config_tiles():
     config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
     stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
     assert (stem.block_m, stem.block_n, stem.block_k, stem.persistent) == (128, 64, 64, 2)
-
-
-def test_warp_specialised_configs_are_tuned_early_in_the_shapes_that_compile(monkeypatch):
-    """Triton's Hopper warp specialisation compiles (sm_90) for 4-warp tiles of 128 positions
-    with masked stores in the forward kernel (persistent: one program per SM, which its 12
-    warps fill), and of 64 output channels in the weight gradient's; with
-    NDCONV_WARP_SPECIALIZE=1 (until they have run on a GPU) autotuning times them among its
-    first configs."""
-    from ndconv.api import make_problem
-    from ndconv.tuning import MAX_CONFIGS
-
-    p = make_problem((64, 56, 56, 64), (64, 3, 3, 64), padding=1, dtype=torch.bfloat16, device="cpu")
-    for configs in (implicit_gemm.tma_configs(p), implicit_gemm.tma_wgrad_configs(p.wgrad())):
-        assert not any(c.warp_specialize for c in configs)
-    monkeypatch.setenv(implicit_gemm.ENV_WARP_SPECIALIZE, "1")
-    for q, first in ((p, implicit_gemm.tma_configs(p)), (p.dgrad(), implicit_gemm.tma_configs(p.dgrad())),
-                     (p.wgrad(), implicit_gemm.tma_wgrad_configs(p.wgrad()))):
-        specialised = [c for c in first[:MAX_CONFIGS] if c.warp_specialize]
-        assert len(specialised) >= 2, q
-        for c in specialised:
-            assert c.num_warps == 4, c
-            if q.pass_ == "wgrad":
-                assert c.block_m == 64, c
-            else:
-                assert c.block_m == 128 and c.persistent <= 1 and not c.tma_store, c
-
-
-def test_warp_specialised_tiles_match_reference(monkeypatch):
-    """Tiles that Triton's Hopper pass does split into producer and consumer warps (the small
-    tiles of TMA_CONFIGS it leaves whole), so that a GPU run checks the specialised code: the
-    forward and input gradient, one tile per program and one persistent program looping over
-    both tiles, and the weight gradient."""
-    monkeypatch.setattr(implicit_gemm, "sm_count", lambda device: 1)
-    tile = Config(128, 64, 64, 4, 4, tma=True, warp_specialize=True)
-    for pass_ in ("fwd", "dgrad"):
-        p = _problem_for_tma((2, 8, 16, 64), (64, 3, 3, 64), dict(padding=1), torch.bfloat16, pass_)
-        for config in (tile, replace(tile, persistent=1)):
-            _check_tma(p, config, monkeypatch, seed=11)
-    p = _problem_for_tma((2, 8, 16, 64), (64, 3, 3, 64), dict(padding=1), torch.bfloat16).wgrad()
-    wgrad_tile = Config(64, 64, 64, 4, 4, tma=True, warp_specialize=True)
-    _check_tma(p, wgrad_tile, monkeypatch, "_run_tma_wgrad", seed=12)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

@@ -20,15 +20,13 @@ import time
 import traceback
 from dataclasses import asdict, replace
 
-os.environ.setdefault("NDCONV_WARP_SPECIALIZE", "1")  # the untried warp-specialised tiles too
-
 import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":  # before Triton is imported
     os.environ["TRITON_INTERPRET"] = "1"
 
-from ndconv.algorithms import depthwise, grouped, implicit_gemm, native, prepared_call
+from ndconv.algorithms import depthwise, grouped, native, prepared_call
 from ndconv.api import make_problem
 from ndconv.bench import runner
 from ndconv.bench.timing import time_fn
@@ -129,12 +127,6 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
                     algo(grouped, C("packed", pack, tile=formulation, packed_by="native")))
     for pack in grouped._pack_factors(q):
         measure(f"packed {pack} by implicit_gemm", algo(grouped, C("packed", pack)))
-    if grouped._pack_factors(q):  # the default pack on implicit_gemm's warp-specialised TMA tiles
-        pack = grouped._default_pack(q)
-        for tile in implicit_gemm.configs(grouped.packed_problem(q, pack))[:6]:
-            if tile.warp_specialize:
-                measure(f"packed {pack} by implicit_gemm ws {tile.block_m}x{tile.block_n} p{tile.persistent}",
-                        algo(grouped, C("packed", pack, tile)))
     configs = WGRAD if pass_ == "wgrad" else FWD
     for label, config in configs[:short] if short else configs:
         config = _resolve(q, config)

@@ -3,7 +3,6 @@ cases and prints what the compiler made of it: registers, shared memory, wgmma a
 instructions, pipeline barriers, store width.
 
     PYTHONPATH=src python tools/tma_ptx.py [CASE ...] [--config BM,BN,BK,WARPS,STAGES,BOX_W] [--wgrad]
-        [--warp-specialize]
 
 --wgrad compiles the TMA weight-gradient kernel instead (config: O-tile, C-tile, positions, ...).
 
@@ -52,9 +51,7 @@ def describe(kernel) -> str:
     regs = re.search(r"REG:(\d+)", usage)
     stores = sorted(set(re.findall(r"st\.global[.a-z0-9]*", ptx)))
     stages = re.search(r"local_alloc : \(\) -> !ttg.memdesc<(\d+)x", ttgir)
-    partitions = ttgir.count("partition") if "ttg.warp_specialize(" in ttgir else 0
     return (f"regs {regs.group(1) if regs else '?'} smem {kernel.metadata.shared} "
-            f"warps {kernel.metadata.num_warps} (consumer partitions {partitions}) "
             f"wgmma {ptx.count('wgmma.mma_async')} tma-loads {ptx.count('.shared::cluster.global')} "
             f"tma-stores {ptx.count('.global.shared::cta')} "
             f"buffers {stages.group(1) if stages else '?'} mbarrier-waits {ptx.count('mbarrier.try_wait')} "
@@ -67,7 +64,6 @@ def main():
     ap.add_argument("--config", help="BM,BN,BK,WARPS,STAGES,BOX_W (default: the heuristic's)")
     ap.add_argument("--ttgir", help="write the last kernel's TTGIR here")
     ap.add_argument("--wgrad", action="store_true", help="the weight-gradient kernel")
-    ap.add_argument("--warp-specialize", action="store_true", help="the main loop warp-specialised")
     a = ap.parse_args()
     cases = {c.name: c for c in suites.load_suite("public")}
     for name in a.cases:
@@ -80,7 +76,6 @@ def main():
             config = Config(bm, bn, bk, warps, stages, tma=True, box_w=box_w)
         else:
             config = implicit_gemm.tma_wgrad_config(p) if a.wgrad else implicit_gemm.tma_config(p)
-        config = replace(config, warp_specialize=a.warp_specialize)
         kernel_name = "conv_wgrad_tma_kernel" if a.wgrad else "conv_fwd_tma_kernel"
         call = launch_args(p, config, kernel_name)
         if call is None:

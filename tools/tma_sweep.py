@@ -24,8 +24,6 @@ import time
 if "--tiny" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-os.environ.setdefault("NDCONV_WARP_SPECIALIZE", "1")  # the untried warp-specialised tiles too
-
 import torch  # noqa: E402
 
 from ndconv import testing  # noqa: E402
@@ -51,9 +49,7 @@ BOXES = ((8, 16), (16, 16), (4, 32))
 def label(c: ig.Config) -> str:
     tiles = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
     return tiles + (f" box {f'{c.box_h}x{c.box_w}' if c.box_w else 'auto'}{' tma-store' if c.tma_store else ''}"
-                    f"{f' persistent {c.persistent}/SM' if c.persistent else ''}"
-                    f"{' space-to-depth by native' if c.space_to_depth_by == 'native' else ''}"
-                    f"{' warp-specialised' if c.warp_specialize else ''}" if c.tma else "")
+                    f"{f' persistent {c.persistent}/SM' if c.persistent else ''}" if c.tma else "")
 
 
 def candidates(q, max_configs: int) -> list[ig.Config]:
@@ -157,10 +153,7 @@ def sweep_case(case, pass_, device, args, deadline, log) -> dict:
                 raise RuntimeError("the TMA path refused these tensors")
             return out
 
-        # PyTorch's convolution on the space-to-depth problem: its prepared call (run would copy its result)
-        by_native = config.space_to_depth_by == "native" and ig.takes_space_to_depth(q)
-        row["tma"][name] = measure(ig.prepare(q, config) if by_native else run_tma, sets, check, device,
-                                   args.repeat_budget)
+        row["tma"][name] = measure(run_tma, sets, check, device, args.repeat_budget)
         row["tma"][name]["config"] = repr(config)
         report(("default " if i == 0 else "") + f"TMA {name}", row["tma"][name])
     timed = {k: v["ms"] for k, v in row["tma"].items() if "ms" in v}

@@ -21,14 +21,11 @@ padding: no masks, no per-element addresses, loads pipelined on barriers and fed
 shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) times a block
 of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Strided
 problems fold into stride-1 ones over a view of the input where they can (``Fold``); stems
-(at most 4 input channels) over a space-to-depth copy, whose dense problem PyTorch's convolution
-can run instead (``Config.space_to_depth_by``). The weight gradient at stride 1 has a TMA
+(at most 4 input channels) over a space-to-depth copy. The weight gradient at stride 1 has a TMA
 kernel too: per tap, dy's box of positions and x's box shifted by the tap, both straight from
-shared memory into wgmma (split-K as above). Either kernel's main loop can be warp-specialised
-(``Config.warp_specialize``: Triton splits it into a warpgroup issuing the TMA loads and two
-running wgmma). ``tma_runner`` is the path's entry per kind of problem. It needs TMA's
-alignment (16-byte strides and base); problems or tensors without it, and GPUs before sm_90,
-take the gather path.
+shared memory into wgmma (split-K as above). ``tma_runner`` is the path's entry per kind of
+problem. It needs TMA's alignment (16-byte strides and base); problems or tensors without it,
+and GPUs before sm_90, take the gather path.
 
 Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 """
@@ -36,13 +33,11 @@ Accumulation is fp32; fp32 inputs use TF32 only when the problem allows it.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
 
-from . import native
 from .triton_support import (
     INTERPRET,
     BoundLaunch,
@@ -75,8 +70,6 @@ class Config:
     box_w: int = 0  # along the last one (0, 0: the box of block_m positions that wastes least)
     tma_store: bool = False  # tma: the output tile leaves in one TMA store (else masked stores)
     persistent: int = 0  # tma: programs per SM looping over the tiles (0: one program per tile)
-    warp_specialize: bool = False  # tma: the main loop split into TMA-producer and wgmma-consumer warps
-    space_to_depth_by: str = "implicit_gemm"  # tma, stems: what runs the space-to-depth problem, or "native"
 
 
 def supports(p):
@@ -221,8 +214,6 @@ def prepare(p, config: Config):
         return None
     from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel
 
-    if config.tma and config.space_to_depth_by == "native" and takes_space_to_depth(p):
-        return _space_to_depth_by_native(p)
     views = meta_views(p)
     if views is None:
         return None
@@ -400,8 +391,10 @@ def tma_reason(p) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1024)
 def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int = 0):
-    """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions.
+    """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions (a search over
+    the boxes: a few hundred microseconds of host time, found once per shape).
 
     Given ``box_h`` x ``box_w`` on the last two axes, the rest of block_m goes to axis 1, then to
     the batch. Else, of the boxes that waste at most 3% more positions than the best, the one
@@ -438,8 +431,8 @@ def tma_config(p) -> Config:
     block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
     warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
     3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
-    main loop (tma_configs' warp-specialised tiles are not yet measured). Measured on the H200
-    (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
+    main loop (Triton 3.6's warp-specialised loop faults here: PERFORMANCE.md). Measured on
+    the H200 (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
     (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
     divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
     give every SM one (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us). Those 256 x 64 tiles (one
@@ -481,43 +474,16 @@ _TMA_TILES = ((128, 128, 8, 3), (128, 64, 4, 4), (256, 64, 4, 4), (256, 128, 8, 
               (128, 128, 8, 4), (64, 128, 4, 4))
 
 
-# Warp-specialised TMA tiles (output channels, stages, programs per SM): Triton 3.6's Hopper
-# pass (a loop over tl.range(..., warp_specialize=True)) splits the main loop into one
-# warpgroup issuing the TMA loads and two running wgmma, the overlap a single warpgroup's loop
-# lacks. Compiled for sm_90 (tools/tma_ptx.py --warp-specialize) it takes 4-warp tiles of 128
-# positions with masked stores; in the persistent loop (left unflattened) the whole tile loop
-# is specialised, so the producer loads the next tile during the consumers' epilogue. 256
-# positions and the TMA-store epilogue fail in the pass; 8 warps are left unspecialised. The
-# 12 warps take all of an SM's registers: one program per SM. Never yet run on a GPU, so
-# autotuning tries them only when asked (a barrier bug in a new compiler pass would hang, not
-# fail a check); the sweeps in tools/ ask.
-_TMA_SPECIALISED_TILES = ((128, 4, 1), (256, 3, 1), (64, 4, 1), (128, 4, 0))
-ENV_WARP_SPECIALIZE = "NDCONV_WARP_SPECIALIZE"
-
-
-def _warp_specialised_tiles() -> bool:
-    """Whether the configs include the warp-specialised TMA tiles (NDCONV_WARP_SPECIALIZE=1)."""
-    return os.environ.get(ENV_WARP_SPECIALIZE) == "1"
-
-
 def tma_configs(p) -> list[Config]:
-    """TMA tiles for autotuning (tma_config's first, then its warp-specialised ones when
-    NDCONV_WARP_SPECIALIZE=1, its persistent and TMA-store variants), pruned by the output
-    channels."""
+    """TMA tiles for autotuning (tma_config's first, then its persistent and TMA-store
+    variants), pruned by the output channels."""
     base = tma_config(p)
     tiles = [base]
     for bm, bn, warps, stages in _TMA_TILES:
         c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, persistent=0)
         if bn <= max(64, 2 * p.o_per_group) and c not in tiles:
             tiles.append(c)
-    specialised = _TMA_SPECIALISED_TILES if _warp_specialised_tiles() else ()
-    variants = [replace(base, block_m=128, block_n=bn, num_warps=4, num_stages=stages, persistent=programs,
-                        tma_store=False, warp_specialize=True)
-                for bn, stages, programs in specialised if bn <= max(64, 2 * p.o_per_group)]
-    variants += [replace(base, persistent=programs, tma_store=store)
-                 for store in (False, True) for programs in (0, 1, 2)]
-    if takes_space_to_depth(p):  # cuDNN on the space-to-depth problem, early (autotuning times the first)
-        variants.insert(0, replace(base, space_to_depth_by="native"))
+    variants = [replace(base, persistent=programs, tma_store=store) for store in (False, True) for programs in (0, 1, 2)]
     out = []
     for c in (base, *variants, *tiles, *(replace(c, tma_store=True) for c in tiles[1:3])):
         if c not in out:
@@ -632,7 +598,6 @@ def _tma_launch(p, x, w, out, config: Config):
     meta = dict(
         FLIP=p.flip, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=config.persistent > 0,
-        WARP_SPECIALIZE=config.warp_specialize,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return grid, args, meta
@@ -660,14 +625,11 @@ _TMA_WGRAD_BLOCK_MAX = 128
 
 
 def tma_wgrad_configs(p) -> list[Config]:
-    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first, then, when
-    NDCONV_WARP_SPECIALIZE=1, the warp-specialised ones: 64 output channels on 4 warps, as
-    they compile for sm_90), pruned by the channels."""
+    """TMA weight-gradient tiles for autotuning (tma_wgrad_config's first), pruned by the
+    channels."""
     Cg, Og = group_channels(p)
     out = [tma_wgrad_config(p)]
-    tiles = [Config(64, bc, 64, 4, 4, tma=True, warp_specialize=True)
-             for bc in (128, 64) if _warp_specialised_tiles()]
-    tiles += [Config(bo, bc, bk, warps, stages, tma=True) for bo, bc, bk, warps, stages in _TMA_WGRAD_TILES]
+    tiles = [Config(bo, bc, bk, warps, stages, tma=True) for bo, bc, bk, warps, stages in _TMA_WGRAD_TILES]
     for c in tiles:
         if c.block_m <= max(64, 2 * Og) and c.block_n <= max(16, 2 * Cg) and c not in out:
             out.append(c)
@@ -733,7 +695,7 @@ def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config) -> bool:
         *SO, *K, *KD, *LO,
         st[0], st[1], st[2], *spatial_strides(target, 3 if split > 1 else 2, D), st[-1],
         PRECISION=_precision(p), UPCAST=INTERPRET,
-        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc, WARP_SPECIALIZE=config.warp_specialize,
+        BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:
@@ -967,33 +929,12 @@ def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     if isinstance(q, str):
         return False
     x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
-    xs, ws = _space_to_depth_operands(p, q, x, w)
-    if config.space_to_depth_by == "native":
-        native.run(q, *q.views(xs, ws, out))
-        return True
-    return tma_runner(q)(q, *q.views(xs, ws, out), config)  # the taps folded where that pays
-
-
-def _space_to_depth_operands(p, q, x, w):
-    """The space-to-depth problem ``q``'s natural operands from ``p``'s (one copy each)."""
     D = p.ndim
     channels = q.in_channels // math.prod(p.stride)
     xs = padded_blocks(x, q.in_spatial, p.stride, p.padding_lo, channels)
     wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
-    return xs, padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
-
-
-def _space_to_depth_by_native(p):
-    """The prepared call of a stem's space-to-depth problem run by PyTorch's convolution, which
-    returns its result itself (run copies it into the output). cuDNN runs the stem itself far
-    from its floor (r50_stem_7x7s2: 449 us against 28), but the space-to-depth problem is a
-    dense stride-1 convolution over 16 channels, the kind its kernels are made for."""
-    q = _space_to_depth(p)
-    inner = native.prepare(q, None)
-
-    def call(a, b):
-        return inner(*_space_to_depth_operands(p, q, a, b))
-    return call
+    ws = padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
+    return tma_runner(q)(q, *q.views(xs, ws, out), config)  # the taps folded where that pays
 
 
 def _run_tap_folded(p, x, w, out, config: Config) -> bool:

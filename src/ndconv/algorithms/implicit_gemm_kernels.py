@@ -242,7 +242,7 @@ def conv_fwd_tma_kernel(
     FLIP: tl.constexpr, Y_TMA: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PERSISTENT: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     """y[n, j, g, o] = sum_{t, c} x[n, (j + t*kd - lo) / idil, g, c] * w[g, o, t, c] at stride 1,
     every operand tile a TMA box. Per output phase (``phase_ptr`` as in conv_fwd_kernel: at
@@ -264,18 +264,14 @@ def conv_fwd_tma_kernel(
     a tile's output-channel tiles share its x boxes in L2. The grid has one program per tile,
     or (PERSISTENT) fewer programs, each looping over tiles with its loops flattened into one,
     so that the next tile's loads are in flight during this tile's epilogue (short reductions
-    spend much of a tile there). WARP_SPECIALIZE splits the loop into a warpgroup issuing the
-    TMA loads and two running wgmma and the epilogue (Triton's Hopper pass); the persistent
-    loop is then left unflattened, which the pass takes whole: the producer loads the next
-    tile during the consumers' epilogue."""
+    spend much of a tile there)."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     n_tiles = tl.cdiv(OG, BLOCK_N)
     T3 = tl.cdiv(Q3, B3)
     T2 = tl.cdiv(Q2, B2)
     T1 = tl.cdiv(Q1, B1)
     mn_tiles = tl.cdiv(N, BB) * T1 * T2 * T3 * n_tiles
-    flatten: tl.constexpr = PERSISTENT and not WARP_SPECIALIZE
-    for tile in tl.range(tl.program_id(0), G * NPHASE * mn_tiles, tl.num_programs(0), flatten=flatten):
+    for tile in tl.range(tl.program_id(0), G * NPHASE * mn_tiles, tl.num_programs(0), flatten=PERSISTENT):
         pid_m = tile % mn_tiles // n_tiles
         pid_n = tile % n_tiles
         pid_z = tile // mn_tiles
@@ -296,7 +292,7 @@ def conv_fwd_tma_kernel(
         u3 = u1
         c0 = u1
         steps = tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K)
-        for kk in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE):
+        for kk in range(steps):
             a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
             a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
             t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
@@ -335,7 +331,7 @@ def conv_wgrad_tma_kernel(
     sos, sog, soo, so1, so2, so3, soc,
     PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_C: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """out[split, g, o, t, c] = sum over this split's boxes of output positions j of
     dy[n, j, g, o] * x[n, j + t*kd - lo, g, c]: the weight gradient at stride 1 without input
@@ -345,7 +341,7 @@ def conv_wgrad_tma_kernel(
     padding). The boxes tile the output positions exactly (the launcher picks B1..B3 dividing
     SO1..SO3), so no product pairs a zero-filled dy row with an x element the convolution never
     reads; channels past a group's end belong to the next group and only reach columns that are
-    not stored. WARP_SPECIALIZE: the loop split into TMA-producer and wgmma-consumer warps."""
+    not stored."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     c_tiles = tl.cdiv(CG, BLOCK_C)
     o_tiles = tl.cdiv(OG, BLOCK_O)
@@ -375,7 +371,7 @@ def conv_wgrad_tma_kernel(
     q1 = first // (T3 * T2) % T1
     b = first // (T3 * T2 * T1)
     acc = tl.zeros((BLOCK_O, BLOCK_C), dtype=tl.float32)
-    for _ in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE):
+    for _ in range(steps):
         d = dy_desc.load([b * BB, q1 * B1, q2 * B2, q3 * B3, o0]).reshape(BLOCK_M, BLOCK_O)
         a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3, c0]).reshape(BLOCK_M, BLOCK_C)
         acc = dot(tl.trans(d), a, acc, PRECISION, UPCAST)
