@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ndconv import testing
-from ndconv.algorithms import grouped, prepared_call
+from ndconv.algorithms import grouped, native, prepared_call
 from ndconv.api import make_problem
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -98,3 +98,18 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
     assert grouped.default_config(regnet.wgrad()) == Config(block_g=1, block_p=64)
     one_d = make_problem((2, 64, 168), (168, 3, 24), padding=1, groups=7, dtype=torch.bfloat16)
     assert grouped.default_config(one_d) == Config(block_g=1, block_p=128)  # 1-D: flat rows
+
+
+def test_gpu_default_packs_through_pytorch():
+    """On a GPU groups that pack become 16 channels wide for the forward, 32 for the gradients,
+    run by PyTorch's convolution (the input gradient through convolution_backward); groups that
+    do not pack keep the direct kernel."""
+    p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
+    assert grouped.default_config(p) == Config("packed", 4, packed_by="native")
+    assert grouped.default_config(p.dgrad()) == Config("packed", 8, native.BACKWARD + "conv", packed_by="native")
+    assert grouped.default_config(p.wgrad()) == Config("packed", 8, packed_by="native")
+    regnet = make_problem((64, 28, 28, 168), (168, 3, 3, 24), padding=1, groups=7, dtype=torch.bfloat16,
+                          device="cuda")
+    assert grouped.default_config(regnet).kernel == "direct"
+    narrow = make_problem((2, 8, 8, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
+    assert grouped.default_config(narrow) == Config("packed", 3, packed_by="native")  # 6 wide: all three

@@ -70,22 +70,29 @@ def test_needs_int64_detects_large_offsets():
     assert needs_int64(small, torch.empty(2**31 + 1, dtype=torch.uint8, device="meta"))
 
 
-def test_gpu_defaults():
-    """On CUDA the planner follows the H200 benchmark (planner._measured_first); elsewhere the
-    preference order stands."""
+def test_gpu_defaults(monkeypatch):
+    """On CUDA the planner follows the H200 benchmark (planner._measured_first); on a machine
+    without a GPU, for a pretended H200 (the heuristics read only its capability and SM count;
+    _choose: nothing cached)."""
     from ndconv import planner
+    from ndconv.algorithms import triton_support
+    from ndconv.api import make_problem
     from ndconv.bench.suites import load_suite
 
     if not torch.cuda.is_available():
         assert planner.PREFERENCE["cuda"][:3] == ("depthwise", "grouped", "implicit_gemm")
-        return
+        h200 = type("Properties", (), {"multi_processor_count": 132, "name": "NVIDIA H200"})()
+        monkeypatch.setattr(triton_support, "_cuda_capability_ok", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (9, 0))
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *device: h200)
     cases = {c.name: c for c in load_suite("public")}
     expected = {  # cudnn's graphs are never the heuristic's choice (their host cost)
         ("r50_3x3_56", "fwd"): "native", ("r50_3x3_56", "dgrad"): "native",
         ("r50_3x3_56", "wgrad"): "native", ("conv1d_k3_80", "fwd"): "native", ("conv1d_k3s2_768", "fwd"): "native",
         ("conv3d_causal_vae", "fwd"): "implicit_gemm", ("r50_stem_7x7s2", "fwd"): "implicit_gemm",
-        ("dw7x7_56", "fwd"): "depthwise", ("dw3x3_56", "fwd"): "depthwise",
-        ("causal_dw1d_k4", "wgrad"): "depthwise", ("grouped3x3_g32", "fwd"): "native",
+        ("dw7x7_56", "fwd"): "depthwise", ("dw3x3_56", "fwd"): "depthwise", ("dw31x31_56", "fwd"): "toeplitz",
+        ("causal_dw1d_k4", "wgrad"): "depthwise", ("grouped3x3_g32", "fwd"): "grouped",
+        ("grouped3x3_g32", "dgrad"): "grouped", ("grouped3x3_g32", "wgrad"): "grouped",
         ("convT_3x3s2", "fwd"): "implicit_gemm", ("r50_1x1s2_down", "fwd"): "native",
         ("same_pad_s2", "fwd"): "implicit_gemm", ("unet_3x3_64", "fwd"): "implicit_gemm",
         ("vae_3x3_256", "fwd"): "native",
@@ -93,7 +100,16 @@ def test_gpu_defaults():
     for (name, pass_), algorithm in expected.items():
         p = cases[name].problem("cuda")
         q = p if pass_ == "fwd" else getattr(p, pass_)()
-        assert planner.plan(q).name == algorithm, (name, pass_, planner.plan(q).reason)
+        assert planner._choose(q).name == algorithm, (name, pass_, planner._choose(q).reason)
+    assert "PyTorch's convolution" in planner._choose(cases["grouped3x3_g32"].problem("cuda")).reason
+    # tiny problems, where the host's time per call decides: the TMA forward's bound launch;
+    # PyTorch's input gradient (the TMA one copies the weight per call) and grouped convolution
+    tiny = make_problem((1, 8, 8, 16), (16, 3, 3, 16), padding=1, dtype=torch.bfloat16, device="cuda")
+    tiny_grouped = make_problem((1, 8, 8, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.bfloat16,
+                                device="cuda")
+    for q, algorithm in ((tiny, "implicit_gemm"), (tiny.dgrad(), "native"), (tiny.wgrad(), "native"),
+                         (tiny_grouped, "native"), (tiny_grouped.dgrad(), "native")):
+        assert planner._choose(q).name == algorithm, (q, planner._choose(q).reason)
 
 
 def test_phases_of_an_input_dilated_problem():

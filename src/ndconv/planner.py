@@ -243,13 +243,16 @@ def _measured_first(p: ConvProblem) -> str | None:
 
     PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on the
     dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal conv1d:
-    depthwise 64 us against 1.47 ms); small groups (1.0-1.1x); forwards with symmetric padding
-    (r50, vae, conv3d, and 1-D ones through a 2-D convolution: within 0-30%), except with more
-    than 128 output channels that 128 does not divide (SD UNet's 320 run on the persistent TMA
-    kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA
+    depthwise 64 us against 1.47 ms); small groups that do not pack (1.0-1.1x); forwards with
+    symmetric padding (r50, vae, conv3d, 1-D ones through a 2-D convolution: within 0-30%),
+    except with more than 128 output channels that 128 does not divide (SD UNet's 320 run on
+    the persistent TMA kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA
     kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
-    against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221); and strided problems the
-    TMA kernel does not take.
+    against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221; tiny ones too: the TMA
+    kernel's input gradient copies the weight per call, so its launch is not bound once); and
+    strided problems the TMA kernel does not take. Small groups that pack run as fewer, wider
+    groups through PyTorch's convolution (grouped's GPU default: grouped3x3_g32 1.22x, 1.37x
+    and 1.67x PyTorch's grouped convolution, forward and both gradients).
 
     The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps or more in half
     precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13 0.32 against
@@ -265,11 +268,15 @@ def _measured_first(p: ConvProblem) -> str | None:
     host time (the frontend's Python per execution), against 20-110 us for the others, so a
     model of such layers would wait on the host. Autotuning weighs that too (tuning.tune). For
     the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
-    issued (``_host_bound``) keep the TMA kernel, whose bound launch costs half the host time."""
+    issued (``_host_bound``) keep the TMA kernel's forward, whose bound launch costs half the
+    host time, and grouped ones PyTorch's grouped convolution (packing adds a weight copy)."""
     from .algorithms import depthwise, grouped, implicit_gemm, toeplitz
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
         return None
+    if grouped.supports(p)[0] and not depthwise.supports(p)[0]:  # packed through cuDNN, unless tiny
+        packed = grouped.default_config(p).packed_by == "native" and not _host_bound(p)
+        return None if packed else "native"
     if p.pass_ == "wgrad":
         return None if p.ndim == 1 and depthwise.supports(p)[0] else "native"
     if depthwise.supports(p)[0]:
@@ -278,16 +285,14 @@ def _measured_first(p: ConvProblem) -> str | None:
             return "toeplitz"
         # the direct kernel, 3x3 too: dw3x3_56 56.2 against 57.4 us, dw3x3s2_112 65.7 against 73.7
         return None
-    if grouped.supports(p)[0]:
-        return "native"
     asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
     if strided and asymmetric:  # PyTorch pads a copy first
         return None
     if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
-        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad)
-            return "native" if p.groups == 1 and not _host_bound(p) else None
+        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), tiny ones too
+            return "native" if p.groups == 1 else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
         native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
                   and not any(d > 1 for d in p.input_dilation))

@@ -15,10 +15,13 @@ almost the whole tile. Two kernels, picked by the config:
   ``packed_by="native"``, by PyTorch's convolution: cuDNN's kernels for a few wide groups
   instead of its grouped ones for many narrow groups); its weight gradient is computed densely
   and its diagonal blocks kept. It keeps implicit_gemm's output
-  phases (the direct kernel would only mask a dilated input's zeros). Measured on the H200 it
-  is the default for forward passes and input gradients wherever the groups pack (0.80x and
-  0.94x PyTorch on ResNeXt's 4x4 groups against the direct kernel's 0.67x and 0.83x); the
-  direct kernel runs weight gradients (0.85x against 0.55x) and groups that do not pack.
+  phases (the direct kernel would only mask a dilated input's zeros). Measured on the H200,
+  packing through PyTorch's convolution is the GPU default wherever the groups pack (1.22x,
+  1.37x and 1.67x PyTorch's grouped convolution on ResNeXt's 4x4 groups, forward and both
+  gradients, against 1.04x, 1.13x and 1.41x packed for implicit_gemm and 0.67-0.85x for the
+  direct kernel). Elsewhere (the interpreter) the Triton kernels are the default: packed for
+  implicit_gemm for forward passes and input gradients, direct for weight gradients and groups
+  that do not pack.
 
 Both multiply ``pack`` (``block_g``) times more (zero) products than the groups need; the
 tensor cores have that to spare, these layers being bound by memory.
@@ -108,6 +111,9 @@ def supports(p):
     if max(cg, og) >= TARGET_WIDTH:
         return False, f"groups of {cg}x{og} channels already fill tensor-core tiles (implicit_gemm)"
     config = default_config(p)
+    if config.packed_by == "native" and config.kernel == "packed":
+        return True, (f"{config.pack} groups of {cg}x{og} channels packed block-diagonally into one, "
+                      "run by PyTorch's convolution (cuDNN's kernels for wider groups)")
     if config.kernel == "packed":
         return True, f"{config.pack} groups of {cg}x{og} channels packed block-diagonally per tensor-core tile"
     bg = config.block_g or _default_block_g(p)
@@ -124,9 +130,10 @@ def packed_problem(p, pack: int):
 
 
 def default_config(p) -> Config:
-    """Measured on the H200 (bf16, tools/grouped_sweep.py): the packed GEMM for the forward
-    pass and input gradient wherever the groups pack, the direct kernel for weight gradients
-    and groups that do not pack.
+    """Measured on the H200 (bf16, tools/grouped_sweep.py): on a GPU, wherever the groups pack,
+    the packed problem through PyTorch's convolution (_native_default); else the packed GEMM
+    for the forward pass and input gradient wherever the groups pack, the direct kernel for
+    weight gradients and groups that do not pack.
 
     grouped3x3_g32 (ResNeXt-50's 32 groups of 4x4, x [64, 56, 56, 128]): forward packed
     (pack 8) 119.5 us against 144.2 for the direct kernel's default (its best of 15 shapes);
@@ -136,11 +143,28 @@ def default_config(p) -> Config:
     no pack factor): the direct kernel in 16x8 tiles (tile_w 8, 128 positions) 229.7 / 240.1 us
     against 539.1 / 485.7 in flat rows of 128 (PyTorch 155.7 / 244.4); its weight gradient
     402.4 us at the default, the one shape measured in time."""
+    if p.device == "cuda" and _pack_factors(p):
+        return _native_default(p)
     if p.pass_ == "wgrad":
         return Config(block_g=_default_block_g(p), block_p=64)
     if _pack_factors(p):
         return Config("packed", _default_pack(p))
     return Config(block_g=_default_block_g(p), block_p=128, tile_w=8 if p.ndim > 1 else 0)
+
+
+def _native_default(p) -> Config:
+    """The packed problem through PyTorch's convolution: groups made 16 channels wide for the
+    forward, 32 for the gradients, the input gradient through convolution_backward. On
+    grouped3x3_g32 (H200, bf16, 2026-11-30): forward pack 4 78.5 us (pack 8 86.2, 16 81.5;
+    PyTorch's grouped convolution 96.1), input gradient pack 8 through convolution_backward
+    79.6 (as a forward convolution 93.9; PyTorch 108.9), weight gradient pack 8 83.1 (pack 4
+    96.4; PyTorch 138.4)."""
+    packs = _native_packs(p) or _pack_factors(p)[-1:]  # narrower than 16 at most: all it packs
+    pack = packs[0] if p.pass_ == "fwd" else packs[min(1, len(packs) - 1)]
+    tile = None
+    if p.pass_ == "dgrad" and native.BACKWARD + "conv" in native.configs(packed_problem(p, pack)):
+        tile = native.BACKWARD + "conv"
+    return Config("packed", pack, tile, packed_by="native")
 
 
 def configs(p) -> list[Config]:
