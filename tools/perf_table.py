@@ -3,7 +3,7 @@ with the geometric means the issues ask for: planner over PyTorch per direction,
 JSON's host time per call, a median of three calls, is too noisy for the table:
 tools/host_overhead.py measures it.)
 
-    python tools/perf_table.py docs/bench_h200.json
+    python tools/perf_table.py docs/bench_h200.json [MORE.json ...]   # several runs' rows in order
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def main(path: str) -> int:
-    with open(path) as f:
-        result = json.load(f)
+def main(*paths: str) -> int:
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            rows += json.load(f)["rows"]
     print("| case | pass | floor µs | PyTorch µs (formulation) | best ndconv µs (algorithm) | speed-up | × floor "
           "| planner's choice | planner µs | regret |")
     print("|---|---|---:|---|---|---:|---:|---|---:|---:|")
     fwd, bwd, regrets = [], [], []
-    for r in result["rows"]:
+    for r in rows:
         base_name, base_ms = r["baseline"]
         best_name, best_ms = r["best"]
         planner_ms = r["planner"]["ms"]
@@ -42,4 +44,4 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:]))
