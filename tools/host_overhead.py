@@ -61,8 +61,11 @@ def rows(device: str) -> dict:
         out["ndconv.conv2d, algorithm=implicit_gemm"] = lambda: ndconv.conv2d(x, w, 1, 1, algorithm="implicit_gemm")
         out["ndconv.conv2d depthwise, algorithm=depthwise"] = (
             lambda: ndconv.conv2d(x, wd, 1, 1, groups=16, algorithm="depthwise"))
+        wg = w[:, :, :, :4].contiguous()
+        wgt = wg.permute(0, 3, 1, 2)
+        out["F.conv2d grouped (4 groups)"] = lambda: F.conv2d(xt, wgt, padding=1, groups=4)
         out["ndconv.conv2d grouped (4 groups), planner's choice"] = (
-            lambda: ndconv.conv2d(x, w[:, :, :, :4].contiguous(), 1, 1, groups=4))
+            lambda: ndconv.conv2d(x, wg, 1, 1, groups=4))
     return out
 
 
