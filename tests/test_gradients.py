@@ -74,3 +74,44 @@ def test_only_needed_gradients_are_computed():
     w = torch.randn(3, 3, 3, 2, dtype=torch.float64)
     ndconv.conv2d(x, w).sum().backward()
     assert x.grad is not None and w.grad is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_both_gradients_in_one_call_match_the_separate_calls(case, dtype):
+    """Where both gradients are planned to PyTorch's plain formulations of one forward geometry,
+    autograd computes them in one convolution_backward (planner.gradients), as PyTorch does; it
+    computes what the separate calls do (the same kernels), against the float64 reference, and
+    is not used elsewhere."""
+    from ndconv import planner, testing
+    from ndconv.algorithms import native
+
+    p = case.problem(dtype, "cuda" if torch.cuda.is_available() else "cpu")
+    both = planner.gradients(p, "native")
+    d_plain = native._plain(p.dgrad(), None) is not None
+    w_plain = native._plain(p.wgrad(), None) is not None
+    assert (both is not None) == (d_plain and w_plain and not p.is_trivial and not p.dgrad().is_trivial
+                                  and not p.wgrad().is_trivial), case
+    if both is None:
+        return
+    x, w = testing.random_operands(p, 5)
+    dy = testing.random_operands(p.wgrad(), 6)[1]
+    dx, dw = both(x, w, dy)
+    d, g = p.dgrad(), p.wgrad()
+    testing.assert_close(dx, testing.reference_result(d, dy, w), testing.tolerance(d), "dx")
+    expected_dw = testing.reference_result(g, x, dy)  # the gradient of the weight as read
+    expected_dw = expected_dw.flip(tuple(range(1, 1 + p.ndim))) if p.flip else expected_dw
+    testing.assert_close(dw, expected_dw, testing.tolerance(g), "dw")
+    with pytest.raises(ValueError, match="not the natural"):
+        both(x, w, dy[..., :-1])
+
+
+def test_one_call_for_both_gradients_only_where_both_plans_are_plain():
+    from ndconv import planner
+    from ndconv.api import make_problem
+
+    plain = make_problem((2, 6, 6, 4), (5, 3, 3, 4), padding=1, dtype=torch.float64)
+    assert planner.gradients(plain) is not None  # on a CPU both passes run native
+    assert planner.gradients(plain, "gemm") is None  # forced elsewhere
+    assert planner.gradients(make_problem((2, 6, 6, 4), (5, 3, 3, 4), padding=([0, 1], [1, 1]),
+                                          dtype=torch.float64)) is None  # asymmetric: F.pad first

@@ -26,8 +26,13 @@ def run(p: ConvProblem, a: torch.Tensor, b: torch.Tensor, algorithm: str | None 
 
 
 def _gradients(p, x, w, dy, needs, algorithm, op):
-    """(dx, dw) of forward problem ``p`` for output gradient ``dy``, each only if needed."""
+    """(dx, dw) of forward problem ``p`` for output gradient ``dy``, each only if needed (both
+    from one call where the planner has one for them)."""
     dy = dy.contiguous()
+    if needs[0] and needs[1] and op is run:
+        both = planner.gradients(p, algorithm)
+        if both is not None:
+            return both(x, w, dy)
     dx = op(p.dgrad(), dy, w, algorithm) if needs[0] else None
     dw = None
     if needs[1]:

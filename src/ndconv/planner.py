@@ -211,6 +211,25 @@ def plan(p: ConvProblem, algorithm: str | None = None) -> Plan:
     return found
 
 
+def gradients(p: ConvProblem, algorithm: str | None = None):
+    """Both gradients of forward problem ``p`` in one call, a function (x, w, dy) -> (dx, dw),
+    where both passes are planned to PyTorch's plain formulations of one forward geometry
+    (``native.prepare_gradients``: one convolution_backward, as PyTorch's autograd makes);
+    else None, and each gradient runs its own plan. Cached with the plans."""
+    key = ("gradients", p, algorithm or os.environ.get(ENV_ALGORITHM), _autotune)
+    found = _plans.get(key)
+    if found is None:
+        from .algorithms import native
+
+        dq, wq = p.dgrad(), p.wgrad()
+        d, w = plan(dq, algorithm), plan(wq, algorithm)
+        plain = d.name == w.name == native.NAME and not (dq.is_trivial or wq.is_trivial)
+        both = plain and native.prepare_gradients(p, d.config, w.config)
+        found = both or False  # the cache holds no None
+        _plans.put(key, found)
+    return found or None
+
+
 def _forced(p: ConvProblem, algorithm: str, source: str) -> Plan:
     module = lookup(algorithm, source)
     ok, reason = module.supports(p)

@@ -19,7 +19,8 @@ gradient has both: ``convolution_backward`` of the forward it comes from (what P
 autograd runs; first for ungrouped problems, where cuDNN's backward-data kernels measured
 faster on the H200: r50_3x3_56 40 against 52 us, r50_3x3_14 31 against 43), or the forward
 problem it is, over dy (first for grouped and depthwise ones: dw7x7_56 148 against 336 us,
-grouped3x3_g32 102 against 116).
+grouped3x3_g32 102 against 116). Where both gradients run plain formulations of one forward
+geometry, autograd takes them from one ``convolution_backward`` (``prepare_gradients``).
 """
 
 from __future__ import annotations
@@ -398,6 +399,46 @@ def _prepare(p, config: str | None):
 _PLAIN = ("conv", "conv (as 2-D)")
 
 
+@dataclass(frozen=True)
+class _PlainGeometry:
+    """A plain formulation's convolution between views of the natural operands: their
+    (shape, strides) as PyTorch's x, weight and y, the convolution's arguments, the kernel axes
+    to flip (or None), and whether a 1-D problem runs as 2-D."""
+
+    x: tuple
+    w: tuple
+    y: tuple
+    args: tuple
+    flip: tuple | None
+    lifted: bool
+
+    def weight(self, b):
+        """The natural weight [O, *K, C/G] as PyTorch's (flipped first when the problem flips)."""
+        return (b.flip(self.flip) if self.flip else b).as_strided(*self.w)
+
+    def to_last(self, r):
+        """PyTorch's [N, C, *S] or [O, C/G, *K] result as channels last."""
+        return r.permute(0, *range(2, r.dim()), 1)
+
+
+def _plain_geometry(forward: ConvProblem, name: str) -> _PlainGeometry:
+    c = next(c for c in _convs(forward) if c.name == name)
+    x_geometry, w_geometry, _ = c._geometry  # the weight's: flipped, then made contiguous
+    y = c.lift(channels_first(torch.empty((forward.batch, *forward.out_spatial, forward.out_channels),
+                                          device="meta")))
+    flip = tuple(range(1, 1 + forward.ndim)) if forward.flip else None
+    return _PlainGeometry(x_geometry, w_geometry, (y.shape, y.stride()), c._args(), flip,
+                          len(x_geometry[0]) > forward.ndim + 2)
+
+
+def _check_natural(p, *operands):
+    """as_strided would read operands of other shapes wrong, silently: refuse them."""
+    shapes = (*p.operand_shapes, p.result_shape)[:len(operands)]
+    if any(t.shape != shape for t, shape in zip(operands, shapes)):
+        raise ValueError(f"native: operands {[list(t.shape) for t in operands]} are not the natural "
+                         f"{[list(shape) for shape in shapes]} of {p}")
+
+
 def _plain(p, config: str | None):
     """The prepared call of a _PLAIN formulation (the forward, the input gradient through
     convolution_backward, the weight gradient), None for other formulations. The operands' view
@@ -407,40 +448,54 @@ def _plain(p, config: str | None):
     forward, _, name, forward_weight = _source(p, config)
     if name not in _PLAIN or (p.pass_ == "dgrad" and not forward_weight):  # dgrad: its backward only
         return None
-    c = next(c for c in _convs(forward) if c.name == name)
-    x_geometry, w_geometry, _ = c._geometry  # the weight's: flipped, then made contiguous
-    y = c.lift(channels_first(torch.empty((forward.batch, *forward.out_spatial, forward.out_channels),
-                                          device="meta")))
-    y_geometry = y.shape, y.stride()
-    dims = len(x_geometry[0])
-    args, shape, lifted = c._args(), p.result_shape, dims > p.ndim + 2  # 1-D as 2-D
-    flip = tuple(range(1, 1 + p.ndim)) if forward.flip else None
-    channels_to_last = (0, *range(2, dims), 1)
+    g, shape = _plain_geometry(forward, name), p.result_shape
     backward = torch.ops.aten.convolution_backward.default
-
-    def weight(b):
-        return (b.flip(flip) if flip else b).as_strided(*w_geometry)
 
     if p.pass_ == "fwd":
         def result(x, w):
-            return torch.convolution(x.as_strided(*x_geometry), weight(w), None, *args)
+            return torch.convolution(x.as_strided(*g.x), g.weight(w), None, *g.args)
     elif p.pass_ == "dgrad":
         def result(dy, w):  # the forward's weight; x_like gives dx's shape and layout only
-            x_like = torch.empty_strided(*x_geometry, dtype=dy.dtype, device=dy.device)
-            return backward(dy.as_strided(*y_geometry), x_like, weight(w), None, *args,
-                            (True, False, False))[0]
+            x_like = torch.empty_strided(*g.x, dtype=dy.dtype, device=dy.device)
+            return backward(dy.as_strided(*g.y), x_like, g.weight(w), None, *g.args, (True, False, False))[0]
     else:
         def result(x, dy):  # w_like gives dw's shape and layout only
-            w_like = torch.empty_strided(*w_geometry, dtype=x.dtype, device=x.device)
-            return backward(dy.as_strided(*y_geometry), x.as_strided(*x_geometry), w_like, None, *args,
+            w_like = torch.empty_strided(*g.w, dtype=x.dtype, device=x.device)
+            return backward(dy.as_strided(*g.y), x.as_strided(*g.x), w_like, None, *g.args,
                             (False, True, False))[1]
 
-    shapes = p.operand_shapes  # as_strided would read any other operands wrong, silently
-
     def call(a, b):
-        if a.shape != shapes[0] or b.shape != shapes[1]:
-            raise ValueError(f"native: operands {list(a.shape)} and {list(b.shape)} are not the natural "
-                             f"{list(shapes[0])} and {list(shapes[1])} of {p}")
-        r = result(a, b).permute(channels_to_last)  # channels last: [N, *S, C] or [O, *K, C/G]
-        return (r.reshape(shape) if lifted else r).contiguous()
+        _check_natural(p, a, b)
+        r = g.to_last(result(a, b))  # channels last: [N, *S, C] or [O, *K, C/G]
+        return (r.reshape(shape) if g.lifted else r).contiguous()
+    return call
+
+
+def prepare_gradients(p: ConvProblem, dgrad_config: str | None, wgrad_config: str | None):
+    """Both gradients of forward problem ``p`` from one convolution_backward, as PyTorch's
+    autograd computes them (two calls cost a second call's host time: about 20 us on a CPU),
+    where the input gradient's formulation is the plain backward of the forward geometry that
+    the weight gradient's formulation convolves over; a function (x, w, dy) -> (dx, dw) of the
+    natural operands, or None. Its results are those of the two prepared calls, computed by the
+    same kernels."""
+    dgrad_config = dgrad_config or default_config(p.dgrad())
+    wgrad_config = wgrad_config or default_config(p.wgrad())
+    if p.pass_ != "fwd" or wgrad_config not in _PLAIN or dgrad_config != BACKWARD + wgrad_config:
+        return None
+    g = _plain_geometry(replace(_forward_of(p.wgrad())[0], flip=p.flip), wgrad_config)  # the weight as read
+    backward = torch.ops.aten.convolution_backward.default
+    upcast = _in_float32(p)
+
+    def call(x, w, dy):
+        _check_natural(p, x, w, dy)
+        if upcast:
+            x, w, dy = x.float(), w.float(), dy.float()
+        dx, dw, _ = backward(dy.as_strided(*g.y), x.as_strided(*g.x), g.weight(w), None, *g.args,
+                             (True, True, False))
+        dx, dw = g.to_last(dx), g.to_last(dw)
+        if g.lifted:
+            dx, dw = dx.reshape(p.x_shape), dw.reshape(p.w_shape)
+        if g.flip:  # the gradient of the flipped weight, flipped back
+            dw = dw.flip(g.flip)
+        return dx.contiguous().to(p.dtype), dw.contiguous().to(p.dtype)
     return call
