@@ -431,12 +431,12 @@ def _plain_geometry(forward: ConvProblem, name: str) -> _PlainGeometry:
                           len(x_geometry[0]) > forward.ndim + 2)
 
 
-def _check_natural(p, *operands):
-    """as_strided would read operands of other shapes wrong, silently: refuse them."""
+def _not_natural(p, *operands) -> ValueError:
+    """The error for operands whose shapes are not ``p``'s natural ones (as_strided would read
+    them wrong, silently, so the plain calls check the shapes first)."""
     shapes = (*p.operand_shapes, p.result_shape)[:len(operands)]
-    if any(t.shape != shape for t, shape in zip(operands, shapes)):
-        raise ValueError(f"native: operands {[list(t.shape) for t in operands]} are not the natural "
-                         f"{[list(shape) for shape in shapes]} of {p}")
+    return ValueError(f"native: operands {[list(t.shape) for t in operands]} are not the natural "
+                      f"{[list(shape) for shape in shapes]} of {p}")
 
 
 def _plain(p, config: str | None):
@@ -464,8 +464,11 @@ def _plain(p, config: str | None):
             return backward(dy.as_strided(*g.y), x.as_strided(*g.x), w_like, None, *g.args,
                             (False, True, False))[1]
 
+    a_shape, b_shape = p.operand_shapes
+
     def call(a, b):
-        _check_natural(p, a, b)
+        if a.shape != a_shape or b.shape != b_shape:
+            raise _not_natural(p, a, b)
         r = g.to_last(result(a, b))  # channels last: [N, *S, C] or [O, *K, C/G]
         return (r.reshape(shape) if g.lifted else r).contiguous()
     return call
@@ -486,8 +489,11 @@ def prepare_gradients(p: ConvProblem, dgrad_config: str | None, wgrad_config: st
     backward = torch.ops.aten.convolution_backward.default
     upcast = _in_float32(p)
 
+    shapes = (p.x_shape, p.w_shape, p.result_shape)
+
     def call(x, w, dy):
-        _check_natural(p, x, w, dy)
+        if (x.shape, w.shape, dy.shape) != shapes:
+            raise _not_natural(p, x, w, dy)
         if upcast:
             x, w, dy = x.float(), w.float(), dy.float()
         dx, dw, _ = backward(dy.as_strided(*g.y), x.as_strided(*g.x), g.weight(w), None, *g.args,
