@@ -485,10 +485,9 @@ def prepare_gradients(p: ConvProblem, dgrad_config: str | None, wgrad_config: st
     wgrad_config = wgrad_config or default_config(p.wgrad())
     if p.pass_ != "fwd" or wgrad_config not in _PLAIN or dgrad_config != BACKWARD + wgrad_config:
         return None
-    g = _plain_geometry(replace(_forward_of(p.wgrad())[0], flip=p.flip), wgrad_config)  # the weight as read
+    g = _plain_geometry(forward_of_dgrad(p.dgrad()), wgrad_config)  # the input gradient's own
     backward = torch.ops.aten.convolution_backward.default
     upcast = _in_float32(p)
-
     shapes = (p.x_shape, p.w_shape, p.result_shape)
 
     def call(x, w, dy):
