@@ -76,6 +76,25 @@ def test_native_input_gradient_both_ways(case):
         testing.assert_close(native.prepare(d, name)(a, b), ref, testing.tolerance(d), name)
 
 
+def test_native_keeps_the_symmetric_padding_of_strided_convolutions_in_their_gradients():
+    """The forward geometry native computes a gradient through keeps symmetric padding where a
+    high pad among the stride's choices allows it (the gradient does not depend on which):
+    the least one made a strided convolution's padding asymmetric, which PyTorch pads a copy
+    for (r50's 3x3 stride-2 weight gradient 2.5x slower on the H200). The results still match
+    the reference."""
+    from ndconv.algorithms import native
+
+    for x, w, args, hi in (((2, 8, 8, 4), (4, 3, 3, 4), dict(stride=2, padding=1), (1, 1)),
+                           ((2, 9, 4), (4, 3, 4), dict(stride=2, padding=([0], [1])), (0,)),  # 0: 4 outputs too
+                           ((2, 9, 4), (4, 3, 4), dict(stride=2, padding=([3], [0])), (-1,))):  # 3: 6, the least
+        p = make_problem(x, w, device=DEVICE, **args)
+        assert native._forward_of(p.wgrad())[0].padding_hi == hi
+        assert native.forward_of_dgrad(p.dgrad()).padding_hi == hi
+        for q in (p.wgrad(), p.dgrad()):
+            report = testing.check("native", q, seed=2)
+            assert report.ok, f"{q}: {report}"
+
+
 FLIPPED_PLAIN = [  # flipped kernels with symmetric padding: the plain formulations flip the weight
     pytest.param(((2, 5, 6, 3), (4, 3, 2, 3), dict(padding=1, flip=True)), id="2d_flip"),
     pytest.param(((2, 9, 4), (6, 3, 2), dict(padding=2, kernel_dilation=2, flip=True, groups=2)), id="1d_flip_groups"),

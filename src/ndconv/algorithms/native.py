@@ -298,21 +298,29 @@ def configs(p) -> list[str]:
 
 
 def forward_of_dgrad(d: ConvProblem) -> ConvProblem:
-    """The forward problem whose input gradient is ``d`` (``ConvProblem.dgrad`` undone), with the
-    least high padding that gives its output size: the input gradient does not depend on it."""
+    """The forward problem whose input gradient is ``d`` (``ConvProblem.dgrad`` undone), with a
+    high padding that gives its output size (_high_padding): the input gradient does not depend
+    on it."""
     lo = tuple(sp - 1 - a for sp, a in zip(d.span, d.padding_lo))
     stride, idil = d.input_dilation, d.stride
-    hi = _least_high_padding(d.in_spatial, stride, d.span, d.out_spatial, idil, lo)
+    hi = _high_padding(d.in_spatial, stride, d.span, d.out_spatial, idil, lo)
     return ConvProblem(
         (d.batch, *d.out_spatial, d.out_channels), (d.in_channels, *d.kernel, d.out_channels // d.groups),
         stride, lo, hi, d.kernel_dilation, idil, d.groups, not d.flip, d.dtype, d.device, d.allow_tf32, "fwd",
     )
 
 
-def _least_high_padding(out_spatial, stride, span, in_spatial, idil, lo) -> tuple[int, ...]:
-    """Per axis, the least high padding that gives a convolution these output sides."""
-    return tuple((so - 1) * st + sp - ((s - 1) * i + 1) - a
-                 for so, st, sp, s, i, a in zip(out_spatial, stride, span, in_spatial, idil, lo))
+def _high_padding(out_spatial, stride, span, in_spatial, idil, lo) -> tuple[int, ...]:
+    """Per axis, a high padding that gives a convolution these output sides: the low one where
+    it does (a stride s leaves s choices), so that PyTorch gets one symmetric padding, else the
+    least. The least alone made a strided convolution's symmetric padding asymmetric, which
+    PyTorch pads a copy for: r50's 3x3 stride-2 weight gradient (56 -> 28, 128 channels) 162
+    against 64 us on the H200, a Whisper-style conv1d k3 s2 690 against 182."""
+    out = []
+    for so, st, sp, s, i, a in zip(out_spatial, stride, span, in_spatial, idil, lo):
+        least = (so - 1) * st + sp - ((s - 1) * i + 1) - a
+        out.append(a if least <= a < least + st else least)
+    return tuple(out)
 
 
 def default_config(p) -> str:
@@ -322,14 +330,14 @@ def default_config(p) -> str:
 def _forward_of(p):
     """(forward problem, pass) that PyTorch computes for pass problem ``p``: the problem itself
     for the forward and the input gradient (a forward problem over dy), the forward geometry
-    behind a weight-gradient problem with the minimal high padding that gives its outputs."""
+    behind a weight-gradient problem with a high padding that gives its outputs (_high_padding)."""
     if p.pass_ != "wgrad":
         return replace(p, pass_="fwd"), "fwd"
     stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo
     out_spatial, kernel = p.kernel, p.out_spatial
     N, G, Cg = p.x_shape[-1] // p.groups, p.groups, p.batch
     span = [(k - 1) * d + 1 for k, d in zip(kernel, kdil)]
-    hi = _least_high_padding(out_spatial, stride, span, p.in_spatial, idil, lo)
+    hi = _high_padding(out_spatial, stride, span, p.in_spatial, idil, lo)
     forward = ConvProblem(
         (N, *p.in_spatial, G * Cg), (p.out_channels, *kernel, Cg), stride, lo, hi, kdil, idil, G,
         False, p.dtype, p.device, p.allow_tf32, "fwd",
