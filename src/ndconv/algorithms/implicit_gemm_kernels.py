@@ -238,7 +238,7 @@ def conv_fwd_tma_kernel(
     x_desc, w_desc, y, phase_ptr,
     N, G, CG, OG, NPHASE,
     Q1, Q2, Q3, K1, K2, K3, PJ1, PJ2, PJ3, PT1, PT2, PT3, US1, US2, US3,
-    syn, sy1, sy2, sy3, syg, syo,
+    syn, sy1, sy2, sy3, syg, syo, C3_LO, C3_HI,
     FLIP: tl.constexpr, Y_TMA: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
@@ -259,6 +259,9 @@ def conv_fwd_tma_kernel(
     has per axis. Y_TMA (one phase of all the outputs): ``y`` is a descriptor of the output
     [N, SO1, SO2, SO3, G*OG] and the tile leaves in one TMA store (clipped at the output's
     edges by the hardware); else ``y`` is a pointer and rows j = r + PJ*q are stored with masks.
+    The first tap of the last axis reduces over channels C3_LO.. and its last tap over ..C3_HI
+    (multiples of BLOCK_K; 0 and CG but for a folded stride, whose outer taps hold zero weights
+    for part of their channels: those steps are skipped).
 
     Tiles are numbered (group and phase, position box, output-channel tile), the last fastest:
     a tile's output-channel tiles share its x boxes in L2. The grid has one program per tile,
@@ -290,8 +293,9 @@ def conv_fwd_tma_kernel(
         u1 = pid_m * 0
         u2 = u1
         u3 = u1
-        c0 = u1
-        steps = tl.where(live, NT1 * NT2 * NT3, 0) * tl.cdiv(CG, BLOCK_K)
+        c0 = u1 + C3_LO
+        row_steps = NT3 * tl.cdiv(CG, BLOCK_K) - C3_LO // BLOCK_K - tl.cdiv(CG - C3_HI, BLOCK_K)
+        steps = tl.where(live, NT1 * NT2 * row_steps, 0)
         for kk in range(steps):
             a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
             a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
@@ -300,7 +304,8 @@ def conv_fwd_tma_kernel(
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
             acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
-            c0, u3 = _carry(c0 + BLOCK_K, u3, CG)
+            c0, u3 = _carry(c0 + BLOCK_K, u3, tl.where(u3 == NT3 - 1, C3_HI, CG))
+            c0 = tl.where(u3 == NT3, C3_LO, c0)  # a new kernel row starts at its first tap's range
             u3, u2 = _carry(u3, u2, NT3)
             u2, u1 = _carry(u2, u1, NT2)
 
