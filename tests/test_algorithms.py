@@ -76,9 +76,9 @@ def test_native_input_gradient_both_ways(case):
         testing.assert_close(native.prepare(d, name)(a, b), ref, testing.tolerance(d), name)
 
 
-def test_native_keeps_the_symmetric_padding_of_strided_convolutions_in_their_gradients():
-    """The forward geometry native computes a gradient through keeps symmetric padding where a
-    high pad among the stride's choices allows it (the gradient does not depend on which):
+def test_native_keeps_the_symmetric_padding_of_strided_convolutions():
+    """The forward geometry native computes a pass through keeps symmetric padding where a
+    high pad among the stride's choices allows it (the result does not depend on which):
     the least one made a strided convolution's padding asymmetric, which PyTorch pads a copy
     for (r50's 3x3 stride-2 weight gradient 2.5x slower on the H200). The results still match
     the reference."""
@@ -93,6 +93,14 @@ def test_native_keeps_the_symmetric_padding_of_strided_convolutions_in_their_gra
         for q in (p.wgrad(), p.dgrad()):
             report = testing.check("native", q, seed=2)
             assert report.ok, f"{q}: {report}"
+    # a "SAME" pad that no output reads is dropped (odd side), one that an output reads is kept
+    odd = make_problem((2, 9, 9, 4), (4, 3, 3, 4), stride=2, padding=([0, 0], [1, 1]), device=DEVICE)
+    even = make_problem((2, 8, 8, 4), (4, 3, 3, 4), stride=2, padding=([0, 0], [1, 1]), device=DEVICE)
+    assert [native.pads_a_copy(q) for q in (odd, odd.dgrad(), odd.wgrad())] == [False] * 3
+    assert native.configs(odd)[0] == "conv" and native.pads_a_copy(even)
+    for q in (odd, even):
+        report = testing.check("native", q, seed=4)
+        assert report.ok, f"{q}: {report}"
 
 
 FLIPPED_PLAIN = [  # flipped kernels with symmetric padding: the plain formulations flip the weight

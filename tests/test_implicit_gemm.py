@@ -95,7 +95,7 @@ def test_gpu_defaults(monkeypatch):
         ("causal_dw1d_k4", "wgrad"): "depthwise", ("grouped3x3_g32", "fwd"): "grouped",
         ("grouped3x3_g32", "dgrad"): "grouped", ("grouped3x3_g32", "wgrad"): "grouped",
         ("convT_3x3s2", "fwd"): "implicit_gemm", ("r50_1x1s2_down", "fwd"): "native",
-        ("same_pad_s2", "fwd"): "implicit_gemm", ("unet_3x3_64", "fwd"): "implicit_gemm",
+        ("same_pad_s2", "fwd"): "native", ("unet_3x3_64", "fwd"): "implicit_gemm",
         ("vae_3x3_256", "fwd"): "native", ("convT_4x4s2", "wgrad"): "native",
     }
     for (name, pass_), algorithm in expected.items():
@@ -116,6 +116,16 @@ def test_gpu_defaults(monkeypatch):
     shortcut = cases["r50_1x1s2_down"].problem("cuda").wgrad()
     assert planner._choose(shortcut).name == "native" and implicit_gemm.tma_route(shortcut) == (
         " in 1 stride-1 phase over views of the operands")
+    # "SAME" padding on an even side pads a copy in PyTorch: the gather kernel (an odd side's
+    # unread high pad is dropped: same_pad_s2 above is PyTorch's plain convolution)
+    even = make_problem((8, 56, 56, 64), (64, 3, 3, 64), stride=2, padding=([0, 0], [1, 1]),
+                        dtype=torch.bfloat16, device="cuda")
+    assert planner._choose(even).name == "implicit_gemm"
+    # strided convolutions' input gradients: the TMA kernel's output phases over several taps
+    r50_down = make_problem((64, 56, 56, 128), (128, 3, 3, 128), stride=2, padding=1, dtype=torch.bfloat16,
+                            device="cuda")
+    assert planner._choose(r50_down.dgrad()).name == "implicit_gemm"
+    assert planner._choose(cases["r50_1x1s2_down"].problem("cuda").dgrad()).name == "native"
 
 
 def test_phases_of_an_input_dilated_problem():

@@ -268,7 +268,11 @@ def _measured_first(p: ConvProblem) -> str | None:
     the persistent TMA kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA
     kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
     against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221; tiny ones too: the TMA
-    kernel's input gradient copies the weight per call, so its launch is not bound once); and
+    kernel's input gradient copies the weight per call, so its launch is not bound once), but
+    not those of strided convolutions over several taps, which the TMA kernel runs over output
+    phases (r50's 3x3 stride 2 at 56x56 49 against 69 us, at 28x28 39 against 51, ConvNeXt's
+    2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
+    1x1 ones 134 against 110, and r50's at 14x14 55 against 44); and
     strided problems the TMA kernel does not take. Small groups that pack run as fewer, wider
     groups through PyTorch's convolution (grouped's GPU default: grouped3x3_g32 1.22x, 1.37x
     and 1.67x PyTorch's grouped convolution, forward and both gradients).
@@ -280,7 +284,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     forwards (transposed convolutions, over output phases: convT_3x3s2 38.9 against 45.1 us,
     convT_4x4s2 126.7 against 131.1) and strided ones with at most 4 input channels, over a
     space-to-depth copy (r50_stem_7x7s2 118 against 454 us); the gather kernel strided ones
-    with asymmetric padding (same_pad_s2 38 against 84 us).
+    whose asymmetric padding PyTorch would pad a copy for (native.pads_a_copy: a 3x3 stride-2
+    layer padded (0, 1) on a 56-wide input 56 against 156 us). A high pad that no output reads
+    is no asymmetry (native._high_padding drops it): same_pad_s2's (0, 1) on a 57-wide input
+    runs as PyTorch's plain convolution, 25.5 against the gather kernel's 35.9 us.
 
     cuDNN's frontend graphs (the cudnn algorithm) are never chosen here, though they measured
     fastest on several dense problems (by 1-10% of GPU time): issuing one costs about 250 us of
@@ -289,7 +296,7 @@ def _measured_first(p: ConvProblem) -> str | None:
     the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
     issued (``_host_bound``) keep the TMA kernel's forward, whose bound launch costs half the
     host time, and grouped ones PyTorch's grouped convolution (packing adds a weight copy)."""
-    from .algorithms import depthwise, grouped, implicit_gemm, toeplitz
+    from .algorithms import depthwise, grouped, implicit_gemm, native, toeplitz
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
         return None
@@ -304,18 +311,20 @@ def _measured_first(p: ConvProblem) -> str | None:
             return "toeplitz"
         # the direct kernel, 3x3 too: dw3x3_56 56.2 against 57.4 us, dw3x3s2_112 65.7 against 73.7
         return None
-    asymmetric, strided = p.padding_lo != p.padding_hi, any(s > 1 for s in p.stride)
+    asymmetric, strided = native.pads_a_copy(p), any(s > 1 for s in p.stride)
     if strided and asymmetric:  # PyTorch pads a copy first
         return None
     if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
-        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), tiny ones too
-            return "native" if p.groups == 1 else None
+        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), tiny ones too,
+            # but a strided convolution's (input-dilated) over several taps: the TMA kernel's phases
+            phases = any(d > 1 for d in p.input_dilation) and p.kernel != (1,) * p.ndim and not _host_bound(p)
+            return "native" if p.groups == 1 and not phases else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
-        native = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
-                  and not any(d > 1 for d in p.input_dilation))
-        return "native" if native else None
+        pytorch = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
+                   and not any(d > 1 for d in p.input_dilation))
+        return "native" if pytorch else None
     return None if implicit_gemm.default_config(p).packed else "native"
 
 

@@ -327,12 +327,22 @@ def default_config(p) -> str:
     return configs(p)[0]
 
 
+def pads_a_copy(p) -> bool:
+    """Whether PyTorch computes ``p`` over a padded copy of an operand (its padding asymmetric,
+    after _high_padding)."""
+    forward = forward_of_dgrad(p) if p.pass_ == "dgrad" and p.groups == 1 else _forward_of(p)[0]
+    return forward.padding_lo != forward.padding_hi
+
+
 def _forward_of(p):
     """(forward problem, pass) that PyTorch computes for pass problem ``p``: the problem itself
     for the forward and the input gradient (a forward problem over dy), the forward geometry
-    behind a weight-gradient problem with a high padding that gives its outputs (_high_padding)."""
+    behind a weight-gradient problem; either with a high padding that gives its outputs
+    (_high_padding: a padding no output reads is dropped, e.g. a "SAME" pad of one row and
+    column on a stride-2 convolution of an odd side, so PyTorch pads no copy)."""
     if p.pass_ != "wgrad":
-        return replace(p, pass_="fwd"), "fwd"
+        hi = _high_padding(p.out_spatial, p.stride, p.span, p.in_spatial, p.input_dilation, p.padding_lo)
+        return replace(p, padding_hi=hi, pass_="fwd"), "fwd"
     stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo
     out_spatial, kernel = p.kernel, p.out_spatial
     N, G, Cg = p.x_shape[-1] // p.groups, p.groups, p.batch
