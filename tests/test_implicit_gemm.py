@@ -308,6 +308,8 @@ TMA_STRIDED_CASES = [  # strided forwards, whose input gradients are input-dilat
     pytest.param((2, 9, 8, 16), (8, 3, 3, 16), dict(stride=2, padding=1), id="3x3s2"),
     pytest.param((2, 8, 8, 16), (16, 2, 2, 16), dict(stride=2), id="2x2s2"),
     pytest.param((2, 11, 16), (8, 4, 16), dict(stride=3, padding=([1], [2])), id="1d_s3"),
+    pytest.param((2, 8, 8, 16), (16, 1, 1, 16), dict(stride=2), id="1x1s2_zero_phases"),  # 3 of 4 phases zero
+    pytest.param((2, 9, 8, 16), (8, 1, 3, 16), dict(stride=(3, 2), padding=([0, 1], [1, 1])), id="1x3_zero_rows"),
 ]
 
 

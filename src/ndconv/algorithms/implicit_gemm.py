@@ -225,8 +225,8 @@ def prepare(p, config: Config):
         return allocating(p, BoundLaunch(conv_fwd_kernel, *launch, operands=views))
     if _tap_fold(p) is not None:  # a padded copy of the input per call: run does it
         return None
-    launch = _tma_launch(p, *views, config)
-    if launch is None or launch[1][1].base is not views[1]:  # not TMA, or the weight copied
+    launch, empty = _tma_launch(p, *views, config)
+    if launch is None or empty or launch[1][1].base is not views[1]:  # not TMA, zeros, or the weight copied
         return None
     bound = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
 
@@ -540,9 +540,11 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None) -> bool:
     (lo, hi) that the last axis's first and last taps reduce over (_tma_launch)."""
     from .implicit_gemm_kernels import conv_fwd_tma_kernel
 
-    launch = _tma_launch(p, x, w, out, config, last_taps)
+    launch, empty = _tma_launch(p, x, w, out, config, last_taps)
     if launch is None:
         return False
+    for index in empty:  # outputs that no tap reaches are zero
+        out[index].zero_()
     grid, args, meta = launch
     conv_fwd_tma_kernel[grid](*args, **meta)
     return True
@@ -550,19 +552,21 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None) -> bool:
 
 def _tma_launch(p, x, w, out, config: Config, last_taps=None):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
-    copy of w), or None when these tensors do not meet TMA's rules (or some outputs see no
-    tap: the gather path zeroes those). ``last_taps`` = (lo, hi): the last axis's first tap
+    copy of w), or None when these tensors do not meet TMA's rules or no tap reaches any
+    output; and the index of each output slice that no tap reaches (as _forward_launch's: the
+    caller zeroes them; e.g. the input gradient of a 1x1 stride-2 convolution, 3 of whose 4
+    output phases are zero). ``last_taps`` = (lo, hi): the last axis's first tap
     reduces over channels lo.. only and its last tap over ..hi (one phase; the rest of their
     channels meet zero weights), widened to whole reduction steps."""
     if any(s > 1 for s in p.stride) or tma_reason(p) is not None:  # strided: folded first (_run_folded)
-        return None
+        return None, ()
     D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
     esize = x.element_size()
     bk, bn = config.block_k, config.block_n
     if bk * esize > 128 or bn > TMA_BOX_MAX or (G > 1 and Cg % bk):
-        return None  # a 128-byte swizzle row at most; a channel block never straddles groups
+        return None, ()  # a 128-byte swizzle row at most; a channel block never straddles groups
     if x.stride(-1) != 1 or (G > 1 and x.stride(-2) != Cg):
-        return None
+        return None, ()
     if w.stride(-1) != 1 or (G > 1 and w.stride(0) != Og * w.stride(1)):
         w = w.contiguous()  # the input gradient's weight view (O and C swapped): a small copy
     N = p.batch
@@ -580,18 +584,19 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None):
     # at stride 1 the output phase period is the input dilation (one phase without it)
     table, _, empty = _phases(tuple(zip(SO, K, (1, 1, 1), KD, ID, LO)), p.device if x.device.type == "meta"
                               else str(x.device))
-    if empty:
-        return None
+    empty = [(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, ID[d]),) for d, r in empty]
+    if table is None:
+        return None, empty
     Q = tuple(cdiv(so, i) for so, i in zip(SO, ID))  # the most rows of a phase, per axis
     bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, config.box_h, config.box_w)
     if max(bb, b1, b2, b3) > TMA_BOX_MAX:
-        return None
+        return None, ()
     w_shape = [*K, G * Og, Cg]
     w_strides = [*spatial_strides(w, 2, D), w.stride(1), 1]
     x_desc = _descriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
     w_desc = _descriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
     if x_desc is None or w_desc is None:
-        return None
+        return None, ()
     y_desc = None  # one phase: the output box in one TMA store, where no box crosses into another group
     if (config.tma_store and ID == (1, 1, 1) and out.stride(-1) == 1
             and (G == 1 or out.stride(-2) == Og and Og % bn == 0)):
@@ -611,7 +616,7 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None):
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=config.persistent > 0,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    return grid, args, meta
+    return (grid, args, meta), empty
 
 
 # ------------------------------------------------------------- the TMA weight gradient
