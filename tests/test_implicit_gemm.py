@@ -89,7 +89,8 @@ def test_gpu_defaults(monkeypatch):
     cases = {c.name: c for c in load_suite("public")}
     expected = {  # cudnn's graphs are never the heuristic's choice (their host cost)
         ("r50_3x3_56", "fwd"): "native", ("r50_3x3_56", "dgrad"): "native",
-        ("r50_3x3_56", "wgrad"): "native", ("conv1d_k3_80", "fwd"): "native", ("conv1d_k3s2_768", "fwd"): "native",
+        ("r50_3x3_56", "wgrad"): "implicit_gemm", ("r50_3x3_14", "wgrad"): "native",
+        ("conv1d_k3_80", "fwd"): "native", ("conv1d_k3s2_768", "fwd"): "native",
         ("conv3d_causal_vae", "fwd"): "implicit_gemm", ("r50_stem_7x7s2", "fwd"): "implicit_gemm",
         ("dw7x7_56", "fwd"): "depthwise", ("dw3x3_56", "fwd"): "depthwise", ("dw31x31_56", "fwd"): "toeplitz",
         ("causal_dw1d_k4", "wgrad"): "depthwise", ("grouped3x3_g32", "fwd"): "grouped",
@@ -208,7 +209,8 @@ TMA_WGRAD_CASES = [  # output sides with power-of-two factors, so that exact box
     pytest.param((2, 16, 16), (8, 3, 16), dict(padding=([4], [0]), kernel_dilation=2), id="1d_causal_kdil"),
     pytest.param((1, 4, 4, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
-TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True))
+TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True),
+                     Config(16, 16, 16, 4, 2, split_k=2, tma=True, taps=2))  # taps: a ragged last chunk when K3 is odd
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
@@ -286,6 +288,21 @@ def test_tma_weight_gradient_of_strided_and_transposed_convolutions(x_shape, w_s
         report = testing.check("implicit_gemm", p, seed=11, config=config)
         assert report.ok, f"{config} on {p}: {report}"
     assert any(launched), "no phase ran on the TMA kernel"
+
+
+def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():
+    """2-D stride-1 weight gradients with 3 taps along the last axis compute them in one
+    program (measured faster on the H200); others one tap per program."""
+    from ndconv.api import make_problem
+
+    def taps(x, w, **args):
+        p = make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args)
+        return implicit_gemm.tma_wgrad_config(p.wgrad()).taps
+
+    assert taps((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == 3
+    assert taps((8, 16, 56, 56, 64), (64, 3, 3, 3, 64), padding=1) == 1  # 3-D: measured slower
+    assert taps((64, 56, 56, 64), (64, 5, 5, 64), padding=2) == 1  # 5 accumulators would spill
+    assert taps((64, 56, 56, 64), (64, 3, 3, 64), stride=2, padding=1) == 1  # strided: phases
 
 
 def test_exact_boxes_divide_the_output():

@@ -336,13 +336,14 @@ def conv_wgrad_tma_kernel(
     sos, sog, soo, so1, so2, so3, soc,
     PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
-    BLOCK_O: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_O: tl.constexpr, BLOCK_C: tl.constexpr, TAPS3: tl.constexpr,
 ):
     """out[split, g, o, t, c] = sum over this split's boxes of output positions j of
     dy[n, j, g, o] * x[n, j + t*kd - lo, g, c]: the weight gradient at stride 1 without input
-    dilation, one tap per program, both operands TMA boxes (``dy_desc`` [N, SO1, SO2, SO3, G*OG]
-    with box [BB, B1, B2, B3, BLOCK_O], ``x_desc`` [N, S1, S2, S3, G*CG] with box [BB, B1, B2,
-    B3, BLOCK_C]); x's box is dy's shifted by the tap, zero-filled outside the input (the
+    dilation, TAPS3 consecutive taps along the last axis per program (one accumulator each,
+    sharing each dy box: dy is read K3/TAPS3 times, not K3), both operands TMA boxes
+    (``dy_desc`` [N, SO1, SO2, SO3, G*OG] with box [BB, B1, B2, B3, BLOCK_O], ``x_desc`` [N, S1,
+    S2, S3, G*CG] with box [BB, B1, B2, B3, BLOCK_C]); x's box is dy's shifted by the tap, zero-filled outside the input (the
     padding). The boxes tile the output positions exactly (the launcher picks B1..B3 dividing
     SO1..SO3), so no product pairs a zero-filled dy row with an x element the convolution never
     reads; channels past a group's end belong to the next group and only reach columns that are
@@ -350,13 +351,14 @@ def conv_wgrad_tma_kernel(
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     c_tiles = tl.cdiv(CG, BLOCK_C)
     o_tiles = tl.cdiv(OG, BLOCK_O)
-    pid = tl.program_id(0)  # (tap, o tile, c tile), c fastest: the programs sharing dy run together
+    pid = tl.program_id(0)  # (taps, o tile, c tile), c fastest: the programs sharing dy run together
     pid_c = pid % c_tiles
     pid_o = pid // c_tiles % o_tiles
     tap = pid // (c_tiles * o_tiles)
-    t3 = tap % K3
-    t2 = tap // K3 % K2
-    t1 = tap // (K3 * K2)
+    chunks3 = tl.cdiv(K3, TAPS3)
+    t3 = tap % chunks3 * TAPS3  # the first of this program's taps along the last axis
+    t2 = tap // chunks3 % K2
+    t1 = tap // (chunks3 * K2)
     g = tl.program_id(1) // SPLIT
     split = tl.program_id(1) % SPLIT
     T3 = tl.cdiv(SO3, B3)
@@ -375,20 +377,27 @@ def conv_wgrad_tma_kernel(
     q2 = first // T3 % T2
     q1 = first // (T3 * T2) % T1
     b = first // (T3 * T2 * T1)
-    acc = tl.zeros((BLOCK_O, BLOCK_C), dtype=tl.float32)
+    accs = ()
+    for i in tl.static_range(TAPS3):
+        accs = accs + (tl.zeros((BLOCK_O, BLOCK_C), dtype=tl.float32),)
     for _ in range(steps):
-        d = dy_desc.load([b * BB, q1 * B1, q2 * B2, q3 * B3, o0]).reshape(BLOCK_M, BLOCK_O)
-        a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3, c0]).reshape(BLOCK_M, BLOCK_C)
-        acc = dot(tl.trans(d), a, acc, PRECISION, UPCAST)
+        d = tl.trans(dy_desc.load([b * BB, q1 * B1, q2 * B2, q3 * B3, o0]).reshape(BLOCK_M, BLOCK_O))
+        new = ()
+        for i in tl.static_range(TAPS3):  # past K3 (a ragged last chunk): computed, never stored
+            a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3 + i * KD3, c0]).reshape(BLOCK_M, BLOCK_C)
+            new = new + (dot(d, a, accs[i], PRECISION, UPCAST),)
+        accs = new
         q3, q2 = _carry(q3 + 1, q2, T3)
         q2, q1 = _carry(q2, q1, T2)
         q1, b = _carry(q1, b, T1)
 
     offs_o = pid_o * BLOCK_O + tl.arange(0, BLOCK_O)
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    out = out_ptr + split * sos + g * sog + t1 * so1 + t2 * so2 + t3 * so3
-    tl.store(out + (offs_o * soo)[:, None] + (offs_c * soc)[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=(offs_o < OG)[:, None] & (offs_c < CG)[None, :])
+    out = out_ptr + split * sos + g * sog + t1 * so1 + t2 * so2
+    for i in tl.static_range(TAPS3):
+        tl.store(out + (t3 + i) * so3 + (offs_o * soo)[:, None] + (offs_c * soc)[None, :],
+                 accs[i].to(out_ptr.dtype.element_ty),
+                 mask=(offs_o < OG)[:, None] & (offs_c < CG)[None, :] & (t3 + i < K3))
 
 
 @triton.jit
