@@ -633,10 +633,9 @@ def tma_wgrad_config(p) -> Config:
     2-D problems at stride 1 with 3 taps along the last axis run them in one program, sharing
     each dy box, in tiles of at most 128 x 64 on 4 warps and 3 stages (4 boxes per stage in
     shared memory, 3 accumulators; more taps per program would spill registers), measured on
-    the H200 (bf16): r50_3x3_56 53.2 ->
-    43.4 us (PyTorch 48.8), r50_3x3_14 51.6 -> 38.9 (PyTorch 39.9). Not on 3-D problems
-    (conv3d_3x3x3 251 -> 262) nor on phases of transposed ones (2 taps each: convT_4x4s2 174 ->
-    176-240)."""
+    the H200 (bf16): r50_3x3_56 53.2 -> 43.4 us (PyTorch 48.8), r50_3x3_14 51.6 -> 38.9
+    (PyTorch 39.9). Not on 3-D problems (conv3d_3x3x3 251 -> 262) nor on phases of transposed
+    ones (2 taps each: convT_4x4s2 174 -> 176-240)."""
     Cg, Og = group_channels(p)
     block_o = 128 if Og >= 128 else 64
     block_c = _pow2_at_least(Cg, 16, 128)
@@ -786,7 +785,8 @@ def _wgrad_phases(p):
     """Weight-gradient problem ``p`` as stride-1 weight gradients over views of its operands
     (a tuple of WgradPhase), or a string saying why not. Every tap of dw belongs to exactly
     one phase, so the phases write disjoint parts of dw (no sums across launches)."""
-    (stride, kdil, idil, lo), G = (p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo), p.groups
+    stride, kdil = p.kernel_dilation, p.stride  # the forward's (ConvProblem.wgrad swaps them)
+    idil, lo, G = p.input_dilation, p.padding_lo, p.groups
     N, O, Cg = p.w_shape[-1], p.out_channels, p.x_shape[0]
     axes = []
     for d in range(p.ndim):

@@ -343,11 +343,11 @@ def conv_wgrad_tma_kernel(
     dilation, TAPS3 consecutive taps along the last axis per program (one accumulator each,
     sharing each dy box: dy is read K3/TAPS3 times, not K3), both operands TMA boxes
     (``dy_desc`` [N, SO1, SO2, SO3, G*OG] with box [BB, B1, B2, B3, BLOCK_O], ``x_desc`` [N, S1,
-    S2, S3, G*CG] with box [BB, B1, B2, B3, BLOCK_C]); x's box is dy's shifted by the tap, zero-filled outside the input (the
-    padding). The boxes tile the output positions exactly (the launcher picks B1..B3 dividing
-    SO1..SO3), so no product pairs a zero-filled dy row with an x element the convolution never
-    reads; channels past a group's end belong to the next group and only reach columns that are
-    not stored."""
+    S2, S3, G*CG] with box [BB, B1, B2, B3, BLOCK_C]); x's box is dy's shifted by the tap,
+    zero-filled outside the input (the padding). The boxes tile the output positions exactly
+    (the launcher picks B1..B3 dividing SO1..SO3), so no product pairs a zero-filled dy row with
+    an x element the convolution never reads; channels past a group's end belong to the next
+    group and only reach columns that are not stored."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     c_tiles = tl.cdiv(CG, BLOCK_C)
     o_tiles = tl.cdiv(OG, BLOCK_O)
@@ -384,8 +384,8 @@ def conv_wgrad_tma_kernel(
         d = tl.trans(dy_desc.load([b * BB, q1 * B1, q2 * B2, q3 * B3, o0]).reshape(BLOCK_M, BLOCK_O))
         new = ()
         for i in tl.static_range(TAPS3):  # past K3 (a ragged last chunk): computed, never stored
-            a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3 + i * KD3, c0]).reshape(BLOCK_M, BLOCK_C)
-            new = new + (dot(d, a, accs[i], PRECISION, UPCAST),)
+            a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3 + i * KD3, c0])
+            new = new + (dot(d, a.reshape(BLOCK_M, BLOCK_C), accs[i], PRECISION, UPCAST),)
         accs = new
         q3, q2 = _carry(q3 + 1, q2, T3)
         q2, q1 = _carry(q2, q1, T2)
