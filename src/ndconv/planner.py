@@ -268,14 +268,14 @@ def _measured_first(p: ConvProblem) -> str | None:
     against PyTorch's 37.0: PyTorch kept); small groups that do not pack (1.0-1.1x); forwards with
     symmetric padding (r50, vae, conv3d, 1-D ones through a 2-D convolution: within 0-30%),
     except with more than 128 output channels that 128 does not divide (SD UNet's 320 run on
-    the persistent TMA kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input gradients the TMA
-    kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
+    the persistent TMA kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input
+    gradients the TMA kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
     against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221; tiny ones too: the TMA
     kernel's input gradient copies the weight per call, so its launch is not bound once), but
     not those of strided convolutions over several taps, which the TMA kernel runs over output
     phases (r50's 3x3 stride 2 at 56x56 49 against 69 us, at 28x28 39 against 51, ConvNeXt's
     2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
-    1x1 ones 134 against 110, and r50's at 14x14 55 against 44); and
+    not 1x1 ones, 108 against 109 and 73 against 69, nor r50's at 14x14, 55 against 44); and
     strided problems the TMA kernel does not take. Small groups that pack run as fewer, wider
     groups through PyTorch's convolution (grouped's GPU default: grouped3x3_g32 1.22x, 1.37x
     and 1.67x PyTorch's grouped convolution, forward and both gradients).
@@ -310,7 +310,7 @@ def _measured_first(p: ConvProblem) -> str | None:
         if p.ndim == 1 and depthwise.supports(p)[0]:
             return None
         if implicit_gemm.tma_reason(p) is None and not _host_bound(p):  # 64-wide tiles sharing dy's boxes
-            config = implicit_gemm.default_config(p)
+            config = implicit_gemm.tma_wgrad_config(p)
             if config.taps > 1 and config.block_m == 64:
                 return None
         return "native"

@@ -251,7 +251,7 @@ def _forward_launch(p, x, w, out, config: Config):
     US = tuple(math.lcm(k, i) // i for k, i in zip(KD, ID))  # input step per phase tap
     axes = tuple(zip(pad3(p.out_spatial, 1), K, ST, KD, ID, pad3(p.padding_lo, 0)))
     table, rows, empty = _phases(axes, p.device if x.device.type == "meta" else str(x.device))
-    empty = [(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, PJ[d]),) for d, r in empty]
+    empty = _empty_slices(empty, PJ, D)
     if table is None:
         return None, empty
     G, Cg, Og = p.groups, p.c_per_group, p.o_per_group
@@ -276,6 +276,12 @@ def _forward_launch(p, x, w, out, config: Config):
 
 
 @lru_cache(maxsize=1024)
+def _empty_slices(empty, period, D: int):
+    """The output index [N, *S_out, ...] of each (axis, r) phase of ``_phases`` that no tap
+    reaches (axes padded to three; ``period``: the output phase period per padded axis)."""
+    return [(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, period[d]),) for d, r in empty]
+
+
 def _phases(axes, device: str):
     """The output phases of a problem, computed exactly on the host.
 
@@ -528,8 +534,7 @@ def tma_runner(p):
     views that launches and returns True, or returns False (nothing launched) where these
     tensors do not meet TMA's rules."""
     if p.pass_ == "wgrad":
-        plain = all(s == 1 for s in p.kernel_dilation) and all(d == 1 for d in p.input_dilation)
-        return _run_tma_wgrad if plain else _run_tma_wgrad_phases
+        return _run_tma_wgrad if _plain_wgrad(p) else _run_tma_wgrad_phases
     if any(s > 1 for s in p.stride):
         return _run_folded if isinstance(_fold(p), Fold) else _run_space_to_depth
     return _run_tap_folded if _tap_fold(p) is not None else _run_tma
@@ -585,7 +590,7 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None):
     # at stride 1 the output phase period is the input dilation (one phase without it)
     table, _, empty = _phases(tuple(zip(SO, K, (1, 1, 1), KD, ID, LO)), p.device if x.device.type == "meta"
                               else str(x.device))
-    empty = [(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, ID[d]),) for d, r in empty]
+    empty = _empty_slices(empty, ID, D)
     if table is None:
         return None, empty
     Q = tuple(cdiv(so, i) for so, i in zip(SO, ID))  # the most rows of a phase, per axis
@@ -639,9 +644,8 @@ def tma_wgrad_config(p) -> Config:
     Cg, Og = group_channels(p)
     block_o = 128 if Og >= 128 else 64
     block_c = _pow2_at_least(Cg, 16, 128)
-    plain = all(s == 1 for s in p.kernel_dilation) and all(d == 1 for d in p.input_dilation)
     taps3 = p.out_spatial[-1]  # the forward's kernel along the last axis
-    if p.ndim == 2 and plain and taps3 == WGRAD_TAPS_MAX:
+    if p.ndim == 2 and _plain_wgrad(p) and taps3 == WGRAD_TAPS_MAX:
         return Config(block_o, min(block_c, 64), 64, 4, 3, tma=True, taps=taps3)
     warps = 8 if block_o * block_c >= 128 * 128 else 4
     return Config(block_o, block_c, 64, warps, 4, tma=True)
@@ -739,6 +743,12 @@ def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config) -> bool:
 
 
 # ------------------------- strided and input-dilated weight gradients: stride-1 ones over views
+
+def _plain_wgrad(p) -> bool:
+    """Whether weight-gradient problem ``p``'s forward has stride 1 and no input dilation (its
+    kernel dilation is the forward's stride): one phase, the TMA kernel on the operands."""
+    return all(s == 1 for s in p.kernel_dilation) and all(d == 1 for d in p.input_dilation)
+
 
 @dataclass(frozen=True)
 class WgradPhase:
