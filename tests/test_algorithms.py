@@ -243,7 +243,7 @@ DEPTHWISE_STRIPS = [
                  {"stride": (1, 2), "kernel_dilation": (1, 2), "padding": 3, "groups": 4},
                  id="2d_s2_kdil2_mult2"),
     pytest.param((1, 3, 9, 5), (5, 2, 6, 1),
-                 {"input_dilation": (1, 2), "padding": ([1, 4], [0, 2]), "flip": True, "groups": 5},
+                 {"input_dilation": (2, 2), "padding": ([1, 4], [0, 2]), "flip": True, "groups": 5},
                  id="2d_idil2_flip"),
     pytest.param((2, 19, 3), (3, 9, 1), {"stride": 3, "padding": ([-1], [4]), "groups": 3},
                  id="1d_s3_crop"),
@@ -265,7 +265,10 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     small = replace(base, block_p=4, block_o=8) if pass_ == "wgrad" else replace(base, tile_w=1)
     flipped_order = replace(base, channels_fastest=not base.channels_fastest)  # the grid's other order
     unrolled = replace(base, rows_unrolled=True, cols=3)  # kernel rows unrolled (forward passes)
-    for config in [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]:
+    configs = [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]
+    if pass_ != "wgrad":  # 2 channels per thread; strips of several rows (where the stride allows)
+        configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2), replace(unrolled, rows=2)]
+    for config in configs:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
 

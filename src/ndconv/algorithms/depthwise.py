@@ -48,6 +48,8 @@ class Config:
     cols: int = 0  # consecutive outputs along the last axis per strip (0: fit the axis)
     channels_fastest: bool = False  # forward: a tile's channel blocks are consecutive programs
     rows_unrolled: bool = False  # forward: the kernel rows (all axes but the last) unrolled
+    vector: int = 8  # forward: consecutive channels per thread (at most a 16-byte vector)
+    rows: int = 1  # forward: output rows per strip along the next-to-last axis (sharing input rows)
 
 
 def supports(p):
@@ -109,24 +111,27 @@ def _default_cols(p, strips: int, unroll: int = 8) -> int:
 def default_config(p) -> Config:
     """Measured on the H200 (bf16; tools/depthwise_sweep.py, tools/tune.py, docs/PERFORMANCE.md).
 
-    Forward kernel (and input gradient): 4 warps, each thread one strip times one 16-byte
-    vector of channels (8 half-precision lanes): 32-channel blocks of 32 strips for 2-D and
-    3-D, even where 32 lanes pad the channels (dw3x3_56's 144 channels: 71 us, against 90-97
-    us in 16-channel blocks of 64-128 strips); 128-channel blocks of 4 strips (half the
-    threads' worth) for 1-D (causal_dw1d_k4, 1536 channels: 55 us, against 56-59 us for 8 or
-    16 strips; memory-bound there, 1.2x the HBM floor). Strips of about 2*K3/stride outputs,
-    fitted to the width (_strip_cols), the best of 4, 7 and 14 outputs on every 56-wide case
-    measured: dw3x3_56 7 (71 us); dw3x3s2_112 4 (70 us, 7: 72, 14: 115); dw7x7_56 14 (110 us,
-    7: 123, 4: 152; its input gradient 111 against 121); dw31x31_56, whose rows take several
-    8-tap chunks, 7 (1569 us, 4: 2597). 1-D: 8 (2*K3 for k4). Kernels of at most 3 taps per
-    axis (2-D, 3-D) launch a tile's channel blocks as consecutive programs, so that whole
-    channel rows of the input are read from HBM together: dw3x3_56 71 -> 61 us (dw3x3s2_112 69
-    either way; dw7x7_56, which is bound by FMA issue, 110 -> 128, so not there). dw3x3_56's
-    forward takes 168 registers per thread (3 CTAs of 4 warps per SM, 19% occupancy; ncu: 4.7
-    cycles per issued instruction, DRAM at 30% of peak); capping them (maxnreg 128, 96, 72)
-    spilled and ran 1.2-10x slower on every depthwise case. Those kernels also unroll their
-    kernel rows (rows_unrolled), so that the loads of later rows are issued early: dw3x3_56
-    60.3 -> 56.2 us, dw3x3s2_112 68.4 -> 65.7.
+    Forward kernel (and input gradient): 4 warps. 2-D and 3-D: each thread one strip times 4
+    channels (an 8-byte vector; Triton gives a thread at most ``vector`` contiguous lanes),
+    32-channel blocks of 16 strips, even where 32 lanes pad the channels (dw3x3_56's 144
+    channels). 16-byte vectors (8 channels, 32 strips) were the default until the eleventh
+    session: 4 cut the registers (dw3x3_56 168 -> 127 a thread) and ran dw3x3s2_112 66.8 ->
+    57.0 us, dw3x3_56 56.3 -> 54.1, dw7x7_56 110.1 -> 108.6 (2 channels: more loads per FMA,
+    slower everywhere). 1-D: 128-channel blocks of 4 strips of 8 channels (half the threads'
+    worth; causal_dw1d_k4, 1536 channels: 55 us, against 56-59 us for 8 or 16 strips;
+    memory-bound there, 1.2x the HBM floor). Strips of about 2*K3/stride outputs, fitted to
+    the width (_strip_cols), the best of 4, 7 and 14 outputs on every 56-wide case measured:
+    dw3x3_56 7; dw3x3s2_112 4 (7: 72 us, 14: 115); dw7x7_56 14 (7: 123, 4: 152); dw31x31_56,
+    whose rows take several 8-tap chunks, 7 (1569 us, 4: 2597). 1-D: 8 (2*K3 for k4).
+    Kernels of at most 3 taps per axis (2-D, 3-D) launch a tile's channel blocks as
+    consecutive programs, so that whole channel rows of the input are read from HBM together
+    (dw3x3_56 71 -> 61 us; dw7x7_56, bound by FMA issue, 110 -> 128, so not there), unroll
+    their kernel rows (rows_unrolled: the loads of later rows are issued early; dw3x3_56 60.3
+    -> 56.2 us, dw3x3s2_112 68.4 -> 65.7; dw7x7_56 108.6 -> 103.8, but 44 s to compile), and
+    give each strip 3 output rows where the stride along that axis is 1, so that each input
+    row is loaded once for 3 of them: dw3x3_56 54.1 -> **44.8 us** (2 rows 49.4, 4 rows
+    45.2). On dw7x7_56 (rows a runtime loop) several rows were slower (114.8 us for 2 rows,
+    180 for 3: the rows past the kernel multiply zero weights, and registers spill).
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
@@ -139,11 +144,13 @@ def default_config(p) -> Config:
         return Config(max(1, 1024 // block_o), block_o, 4)
     if one_d:
         block_o = _pow2_divisor(p.out_channels, 128)
-    else:
-        block_o = min(32, _pow2_at_least(p.out_channels))
-    strips = max(1, min(128, (2 if one_d else 4) * 32 * 8 // block_o))
-    short = not one_d and max(p.kernel) <= 3
-    return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short)
+        strips = max(1, min(128, 2 * 32 * 8 // block_o))
+        return Config(strips, block_o, 4, cols=_default_cols(p, strips))
+    block_o = min(32, _pow2_at_least(p.out_channels))
+    strips = max(1, min(128, 4 * 32 * 4 // block_o))
+    short = max(p.kernel) <= 3
+    return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
+                  vector=4, rows=3 if short else 1)
 
 
 def configs(p) -> list[Config]:
@@ -163,9 +170,15 @@ def configs(p) -> list[Config]:
                     replace(base, block_o=max(8, base.block_o // 2), block_p=min(128, two)),
                     replace(base, block_o=min(128, 2 * base.block_o), block_p=max(1, base.block_p // 2)),
                     replace(base, unroll=4)]
+        # fewer channels per thread (more threads, fewer registers each), one strip per thread
         variants += [replace(c, channels_fastest=not base.channels_fastest) for c in (base, *variants)]
         if p.ndim > 1 and math.prod(p.kernel[:-1]) <= _UNROLLED_ROWS_MAX:
             variants += [replace(c, rows_unrolled=not base.rows_unrolled) for c in (base, *variants)]
+        # more or fewer channels per thread (one strip per thread); strips of other row counts
+        variants += [replace(base, vector=vector, block_p=max(1, vector * 32 * base.num_warps // base.block_o))
+                     for vector in (8, 4, 2) if vector != base.vector]
+        if p.ndim > 1:
+            variants += [replace(base, rows=rows) for rows in (1, 2, 3, 4) if rows != base.rows]
     out = []
     for c in (base, *variants):
         if c not in out:
@@ -173,13 +186,23 @@ def configs(p) -> list[Config]:
     return out
 
 
+def _strip_rows(p, config: Config) -> int:
+    """Output rows per strip: ``config.rows`` where the rows along the next-to-last axis read
+    consecutive input rows (stride and kernel dilation 1 there), else 1."""
+    axis = 1  # of the three padded spatial axes
+    SO2 = pad3(p.out_spatial, 1)[axis]
+    unit = pad3(p.stride, 1)[axis] == 1 and pad3(p.kernel_dilation, 1)[axis] == 1
+    return max(1, min(config.rows, SO2)) if unit else 1
+
+
 def _fwd_tile(p, config: Config):
-    """(TILE_H, STRIPS, COLS): strip rows and strips along the last axis per program, and the
-    outputs per strip."""
+    """(TILE_H, STRIPS, COLS, RH): strips along the next-to-last and the last axis per program,
+    and each strip's outputs: RH rows of COLS."""
     SO2, SO3 = pad3(p.out_spatial, 1)[1:]
+    rows = _strip_rows(p, config)
     cols = config.cols or _default_cols(p, config.block_p, config.unroll)
     strips = min(config.block_p, config.tile_w or _pow2_at_least(cdiv(SO3, cols)))
-    return min(config.block_p // strips, _pow2_at_least(SO2)), strips, cols
+    return min(config.block_p // strips, _pow2_at_least(cdiv(SO2, rows))), strips, cols, rows
 
 
 def _geometry(stride, kdil, idil, lo):
@@ -218,9 +241,9 @@ def _forward_launch(p, x, w, out, config: Config):
     K1, K2, K3 = pad3(p.kernel, 1)
     ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3 = _geometry(
         p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo)
-    tile_h, strips, cols = _fwd_tile(p, config)
+    tile_h, strips, cols, rows = _fwd_tile(p, config)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    grid = (p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, strips * cols), cdiv(O, config.block_o))
+    grid = (p.batch * SO1 * cdiv(SO2, tile_h * rows) * cdiv(SO3, strips * cols), cdiv(O, config.block_o))
     if config.channels_fastest:
         grid = (grid[0] * grid[1],)
     args = (
@@ -235,7 +258,7 @@ def _forward_launch(p, x, w, out, config: Config):
         K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip,
         INT64=needs_int64(x, w, out), TILE_H=tile_h, STRIPS=strips, COLS=cols, BLOCK_O=config.block_o,
         CHANNELS_FASTEST=config.channels_fastest, ROWS_UNROLLED=config.rows_unrolled,
-        K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1, num_warps=config.num_warps,
+        K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1, VEC=config.vector, RH=rows, num_warps=config.num_warps,
     )
     return grid, args, meta
 

@@ -14,9 +14,13 @@ from .kernel_utils import input_index, split_rows
 
 
 @triton.jit
-def _lanes(block, O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexpr):
-    """The output-channel lanes of channel block ``block``: (group g, channel k within it, mask)."""
-    offs_o = block * BLOCK_O + tl.arange(0, BLOCK_O)
+def _lanes(block, O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexpr, VEC: tl.constexpr):
+    """The output-channel lanes of channel block ``block``: (group g, channel k within it, mask).
+    Written as runs of VEC consecutive lanes, so that Triton proves (and gives each thread) at
+    most VEC contiguous channels: fewer registers per thread where VEC is below a 16-byte
+    vector."""
+    i = tl.arange(0, BLOCK_O)
+    offs_o = block * BLOCK_O + (i // VEC) * VEC + i % VEC
     g = offs_o // OG
     if INT64:
         g = g.to(tl.int64)
@@ -47,29 +51,45 @@ def _tap_of_column(e, jj, first, st, kd, k, u):
 
 
 @triton.constexpr_function
+def _tap_inside(t, k):
+    return 0 <= t < k
+
+
+@triton.constexpr_function
 def _column_used(e, cols, first, st, kd, k, u):
     return any(_tap_of_column(e, jj, first, st, kd, k, u) >= 0 for jj in range(cols))
 
 
 @triton.jit
-def _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
+def _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
                 K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
                 sxc, sw1, sw2, sw3, swc, K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr,
-                U: tl.constexpr, CG: tl.constexpr, FLIP: tl.constexpr, COLS: tl.constexpr):
-    """direct_fwd_kernel's accumulators after the taps of kernel row (t1, t2), the input read
-    at the flipped tap when FLIP."""
+                U: tl.constexpr, CG: tl.constexpr, FLIP: tl.constexpr, COLS: tl.constexpr, RH: tl.constexpr,
+                K2U: tl.constexpr):
+    """direct_fwd_kernel's accumulators after input row ``d`` (in read order along axis 2) of
+    kernel row t1 (the input read at the flipped tap when FLIP). The strip's output row j2 + r
+    reads that row through tap d - r (RH > 1 needs stride and dilation 1 along axis 2; a tap
+    outside the kernel gets a zero weight, or no FMAs where K2U, the kernel rows when they are
+    unrolled, says so at compile time): each input column is loaded once for all RH rows."""
     u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1  # scalar
     ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
     x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
-    i2, ok2 = input_index(j2, K2 - 1 - t2 if FLIP else t2, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
+    i2, ok2 = input_index(j2, d, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
     rows = x1 + i2 * sx2  # [P]
-    w12 = w_lanes + t1 * sw1 + t2 * sw2
+    w1 = w_lanes + t1 * sw1
     for t3o in tl.static_range(0, K3, U):  # chunks of U taps in read order
-        ws = ()  # [1, BLOCK_O] per (tap, c)
-        for t in tl.static_range(_chunk_taps(t3o, K3, U)):
-            for c in tl.static_range(CG):
-                wv = tl.load((w12 + (K3 - 1 - t3o - t if FLIP else t3o + t) * sw3 + c * swc)[None, :])
-                ws = ws + (wv.to(tl.float32),)
+        ws = ()  # [1, BLOCK_O] per (output row, tap, c)
+        for r in tl.static_range(RH):
+            tap2 = d - r  # read order
+            w12 = w1 + (K2 - 1 - tap2 if FLIP else tap2) * sw2
+            for t in tl.static_range(_chunk_taps(t3o, K3, U)):
+                for c in tl.static_range(CG):
+                    w_at = (w12 + (K3 - 1 - t3o - t if FLIP else t3o + t) * sw3 + c * swc)[None, :]
+                    if RH == 1:
+                        wv = tl.load(w_at)
+                    else:
+                        wv = tl.load(w_at, mask=(tap2 >= 0) & (tap2 < K2), other=0.0)
+                    ws = ws + (wv.to(tl.float32),)
         v0 = j3 * ST3 + t3o * KD3 - LO3  # [P] dilated input column of the window's start
         for e in tl.static_range((COLS - 1) * ST3 + (_chunk_taps(t3o, K3, U) - 1) * KD3 + 1):
             if _column_used(e, COLS, t3o, ST3, KD3, K3, U):
@@ -79,11 +99,17 @@ def _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_la
                     xv = tl.load(col[:, None] + (x_lanes + c * sxc)[None, :],
                                  mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
                     new = ()
-                    for jj in tl.static_range(COLS):
-                        a = acc[jj]
-                        if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
-                            a += xv * ws[_tap_of_column(e, jj, t3o, ST3, KD3, K3, U) * CG + c]
-                        new = new + (a,)
+                    for r in tl.static_range(RH):
+                        if K2U > 0:  # rows unrolled: d is a constant, rows with no tap skipped
+                            reads = _tap_inside(d - r, K2U)
+                        else:
+                            reads = True
+                        for jj in tl.static_range(COLS):
+                            a = acc[r * COLS + jj]
+                            if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
+                                if reads:
+                                    a += xv * ws[(r * _chunk_taps(t3o, K3, U) + _tap_of_column(e, jj, t3o, ST3, KD3, K3, U)) * CG + c]
+                            new = new + (a,)
                     acc = new
     return acc
 
@@ -101,22 +127,24 @@ def direct_fwd_kernel(
     CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
     CHANNELS_FASTEST: tl.constexpr, ROWS_UNROLLED: tl.constexpr, K1C: tl.constexpr, K2C: tl.constexpr,
+    VEC: tl.constexpr, RH: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
-    for a tile of TILE_H x STRIPS strips of COLS consecutive outputs along the last axis x
-    BLOCK_O output channels, on CUDA cores, fp32 accumulation.
+    for a tile of TILE_H x STRIPS strips of RH x COLS outputs (rows along axis 2, consecutive
+    along the last axis) x BLOCK_O output channels, on CUDA cores, fp32 accumulation.
 
-    A strip's COLS outputs are separate accumulators, and the taps along the last axis are
+    A strip's outputs are separate accumulators, and the taps along the last axis are
     unrolled in chunks of U: each input column of a chunk's window is loaded and converted once
     and feeds every (output, tap) pair that reads it, all resolved at compile time (K3, ST3, KD3
-    are constexpr). The other kernel axes are loops (their re-reads hit L1), or, with
-    ROWS_UNROLLED, unrolled over K1C x K2C constant rows, so that the loads of later rows can be
-    issued before the FMAs of earlier ones.
+    are constexpr), for all RH rows of the strip. The input rows along axis 2 (K2 + RH - 1) and
+    the kernel rows along axis 1 are loops (their re-reads hit L1), or, with ROWS_UNROLLED,
+    unrolled over K1C x K2C constant rows, so that the loads of later rows can be issued before
+    the FMAs of earlier ones.
 
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
     grid), so they run together and read whole channel rows of the input from HBM."""
     tiles_w = tl.cdiv(SO3, STRIPS * COLS)
-    tiles_h = tl.cdiv(SO2, TILE_H)
+    tiles_h = tl.cdiv(SO2, TILE_H * RH)
     if CHANNELS_FASTEST:
         blocks_o = tl.cdiv(O, BLOCK_O)
         block_o = tl.program_id(0) % blocks_o
@@ -132,33 +160,35 @@ def direct_fwd_kernel(
     if INT64:
         n = n.to(tl.int64)
     offs = tl.arange(0, TILE_H * STRIPS)
-    j2 = th * TILE_H + offs // STRIPS  # [P] a strip's row
+    j2 = (th * TILE_H + offs // STRIPS) * RH  # [P] a strip's first row
     j3 = (tw * STRIPS + offs % STRIPS) * COLS  # [P] its first column
-    mask_p = (j2 < SO2) & (j3 < SO3)
-    g, k, mask_o = _lanes(block_o, O, OG, INT64, BLOCK_O)
+    mask_p = (j2 < SO2) & (j3 < SO3)  # the strip's later rows are read (not stored) past SO2
+    g, k, mask_o = _lanes(block_o, O, OG, INT64, BLOCK_O, VEC)
     x_lanes = g * sxg  # [BLOCK_O]
     o_w = tl.minimum(g * OG + k, O - 1)  # lanes past O read valid weights (unmasked; never stored)
     w_lanes = w_ptr + (o_w // OG) * swg + (o_w % OG) * swo  # [BLOCK_O]
     acc = ()
-    for jj in tl.static_range(COLS):
+    for i in tl.static_range(RH * COLS):
         acc = acc + (tl.zeros((TILE_H * STRIPS, BLOCK_O), dtype=tl.float32),)
     if ROWS_UNROLLED:  # every kernel row's loads in one straight block, free to be issued early
         for t1 in tl.static_range(K1C):
-            for t2 in tl.static_range(K2C):
-                acc = _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
+            for d in tl.static_range(K2C + RH - 1):
+                acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
                                   K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
-                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS)
+                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, K2C)
     else:
         for t1 in range(K1):  # weight taps; the input is read at the flipped tap when FLIP
-            for t2 in range(K2):
-                acc = _kernel_row(acc, t1, t2, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
+            for d in range(K2 + RH - 1):  # input rows in read order
+                acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
                                   K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
-                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS)
+                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, 0)
     y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2  # [P]
     y_lanes = g * syg + k * syo  # [BLOCK_O]
-    for jj in tl.static_range(COLS):
-        tl.store((y_rows + (j3 + jj) * sy3)[:, None] + y_lanes[None, :], acc[jj].to(y_ptr.dtype.element_ty),
-                 mask=(mask_p & (j3 + jj < SO3))[:, None] & mask_o[None, :])
+    for r in tl.static_range(RH):
+        for jj in tl.static_range(COLS):
+            tl.store((y_rows + r * sy2 + (j3 + jj) * sy3)[:, None] + y_lanes[None, :],
+                     acc[r * COLS + jj].to(y_ptr.dtype.element_ty),
+                     mask=(mask_p & (j2 + r < SO2) & (j3 + jj < SO3))[:, None] & mask_o[None, :])
 
 
 @triton.jit
@@ -187,7 +217,7 @@ def direct_wgrad_kernel(
     c = pid_t % CG
     t2 = (pid_t // CG) % K2
     t1 = pid_t // (CG * K2)
-    g, k, mask_o = _lanes(tl.program_id(1), O, OG, INT64, BLOCK_O)
+    g, k, mask_o = _lanes(tl.program_id(1), O, OG, INT64, BLOCK_O, BLOCK_O)
     x_lanes = g * sxg + c * sxc  # [BLOCK_O]
     d_lanes = g * sdg + k * sdo
     tiles3 = tl.cdiv(SO3, COLS)
