@@ -240,7 +240,7 @@ DEPTHWISE_STRIPS = [
     pytest.param((2, 5, 13, 6), (6, 2, 11, 1), {"padding": ([1, 5], [0, 4]), "groups": 6},
                  id="2d_k11_chunks"),
     pytest.param((1, 4, 17, 4), (8, 3, 5, 1),
-                 {"stride": (1, 2), "kernel_dilation": (1, 2), "padding": 3, "groups": 4},
+                 {"stride": 2, "kernel_dilation": 2, "padding": 3, "groups": 4},
                  id="2d_s2_kdil2_mult2"),
     pytest.param((1, 3, 9, 5), (5, 2, 6, 1),
                  {"input_dilation": (2, 2), "padding": ([1, 4], [0, 2]), "flip": True, "groups": 5},
@@ -266,7 +266,7 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     flipped_order = replace(base, channels_fastest=not base.channels_fastest)  # the grid's other order
     unrolled = replace(base, rows_unrolled=True, cols=3)  # kernel rows unrolled (forward passes)
     configs = [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]
-    if pass_ != "wgrad":  # 2 channels per thread; strips of several rows (where the stride allows)
+    if pass_ != "wgrad":  # 2 channels per thread; strips of several rows (any stride once unrolled)
         configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2), replace(unrolled, rows=2)]
     for config in configs:
         report = testing.check("depthwise", p, seed=7, config=config)

@@ -4,18 +4,19 @@
 A tensor-core GEMM wastes almost all of its tile on these: a depthwise group is a 1x1 "GEMM"
 per tap. These kernels run on CUDA cores instead. Output channels are the vector lanes
 (channels-last loads, contiguous along C). In the forward kernel (which also computes the input
-gradient) each thread owns a strip of consecutive outputs along the last axis: every input
-column the strip's taps read is loaded and converted once and used for all of them, so a
-kernel row costs about one FMA per tap plus (cols + taps - 1) loads instead of a load per tap.
-The other kernel axes are loops whose re-reads hit L1. The weight gradient uses the same
+gradient) each thread owns a strip of consecutive outputs along the last axis, on one or a
+few rows: every input column the strip's taps read is loaded and converted once and used for
+all of them (on every row that reads it), so a kernel row costs about one FMA per tap plus
+(cols + taps - 1) loads instead of a load per tap. The other kernel axes are loops whose
+re-reads hit L1. The weight gradient uses the same
 strips (each strip's dy columns kept in registers, each input column loaded once for all the
 taps that read it) and reduces over them into a float32 workspace, summed afterwards in a
 fixed order (deterministic).
 
 Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
 both kernels' tiles measured on the H200 (tools/depthwise_sweep.py): causal conv1d 55 us
-forward and 64 us weight gradient (1.2x and 1.35x the HBM floor), dw7x7_56 110 us forward and
-136 us weight gradient (PyTorch 143 and 129).
+forward and 64 us weight gradient (1.2x and 1.35x the HBM floor), dw3x3_56 45 us forward
+(PyTorch 58), dw7x7_56 108 us forward and 136 us weight gradient (PyTorch 143 and 129).
 """
 
 from __future__ import annotations
@@ -131,7 +132,10 @@ def default_config(p) -> Config:
     give each strip 3 output rows where the stride along that axis is 1, so that each input
     row is loaded once for 3 of them: dw3x3_56 54.1 -> **44.8 us** (2 rows 49.4, 4 rows
     45.2). On dw7x7_56 (rows a runtime loop) several rows were slower (114.8 us for 2 rows,
-    180 for 3: the rows past the kernel multiply zero weights, and registers spill).
+    180 for 3: the rows past the kernel multiply zero weights, and registers spill). Strided
+    rows share input rows too once unrolled (dw3x3s2_112: 2 rows read 5 input rows, not 6;
+    compiled for sm_90, 664 instructions a row against 816): a config (``rows``), not yet
+    timed, so not the default.
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
@@ -150,7 +154,7 @@ def default_config(p) -> Config:
     strips = max(1, min(128, 4 * 32 * 4 // block_o))
     short = max(p.kernel) <= 3
     return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
-                  vector=4, rows=3 if short else 1)
+                  vector=4, rows=3 if short and _consecutive_rows(p) else 1)
 
 
 def configs(p) -> list[Config]:
@@ -186,13 +190,18 @@ def configs(p) -> list[Config]:
     return out
 
 
-def _strip_rows(p, config: Config) -> int:
-    """Output rows per strip: ``config.rows`` where the rows along the next-to-last axis read
-    consecutive input rows (stride and kernel dilation 1 there), else 1."""
+def _consecutive_rows(p) -> bool:
+    """Whether consecutive output rows along the next-to-last axis read consecutive input rows
+    (stride and kernel dilation 1 there)."""
     axis = 1  # of the three padded spatial axes
-    SO2 = pad3(p.out_spatial, 1)[axis]
-    unit = pad3(p.stride, 1)[axis] == 1 and pad3(p.kernel_dilation, 1)[axis] == 1
-    return max(1, min(config.rows, SO2)) if unit else 1
+    return pad3(p.stride, 1)[axis] == 1 and pad3(p.kernel_dilation, 1)[axis] == 1
+
+
+def _strip_rows(p, config: Config) -> int:
+    """Output rows per strip: ``config.rows`` where the kernel rows are unrolled (each row's taps
+    resolved at compile time) or the rows read consecutive input rows, else 1."""
+    SO2 = pad3(p.out_spatial, 1)[1]
+    return max(1, min(config.rows, SO2)) if config.rows_unrolled or _consecutive_rows(p) else 1
 
 
 def _fwd_tile(p, config: Config):
@@ -258,7 +267,9 @@ def _forward_launch(p, x, w, out, config: Config):
         K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, FLIP=p.flip,
         INT64=needs_int64(x, w, out), TILE_H=tile_h, STRIPS=strips, COLS=cols, BLOCK_O=config.block_o,
         CHANNELS_FASTEST=config.channels_fastest, ROWS_UNROLLED=config.rows_unrolled,
-        K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1, VEC=config.vector, RH=rows, num_warps=config.num_warps,
+        K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1,
+        ST2C=ST2 if config.rows_unrolled else 1, KD2C=KD2 if config.rows_unrolled else 1,
+        VEC=config.vector, RH=rows, num_warps=config.num_warps,
     )
     return grid, args, meta
 

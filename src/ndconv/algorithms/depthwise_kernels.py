@@ -2,9 +2,10 @@
 
 Problems are padded to three spatial axes, as in implicit_gemm_kernels.py. Output channels are
 the vector lanes: lane o belongs to group o // OG and reads that group's CG input channels.
-The forward kernel's output positions are strips of COLS consecutive outputs along the last
-axis (each a register accumulator), TILE_H x STRIPS strips per program; the taps along the last
-axis are unrolled in chunks of U, and the weight gradient's in one [K3P] axis.
+The forward kernel's output positions are strips of RH rows (along the next-to-last axis) of
+COLS consecutive outputs along the last axis (each a register accumulator), TILE_H x STRIPS
+strips per program; the taps along the last axis are unrolled in chunks of U, and the weight
+gradient's in one [K3P] axis.
 """
 
 import triton
@@ -51,8 +52,29 @@ def _tap_of_column(e, jj, first, st, kd, k, u):
 
 
 @triton.constexpr_function
-def _tap_inside(t, k):
-    return 0 <= t < k
+def _weight_slot(r, tap, c, taps, cg):
+    """Index in _kernel_row's weights (ordered by output row, tap, input channel)."""
+    return (r * taps + tap) * cg + c
+
+
+@triton.constexpr_function
+def _row_tap(d, r, st, kd, k):
+    """The tap (read order) through which row r of a strip reads the input row at dilated offset
+    ``d`` from its first row's window, or -1; compile-time."""
+    e = d - r * st
+    return e // kd if e >= 0 and e % kd == 0 and e // kd < k else -1
+
+
+@triton.constexpr_function
+def _row_reads(d, r, st, kd, k):
+    """Whether row r of a strip reads input row ``d`` through a tap (always, for k = 0: the
+    rows are a runtime loop)."""
+    return k == 0 or _row_tap(d, r, st, kd, k) >= 0
+
+
+@triton.constexpr_function
+def _input_row_used(d, rows, st, kd, k):
+    return any(_row_reads(d, r, st, kd, k) for r in range(rows))
 
 
 @triton.constexpr_function
@@ -65,22 +87,31 @@ def _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lan
                 K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
                 sxc, sw1, sw2, sw3, swc, K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr,
                 U: tl.constexpr, CG: tl.constexpr, FLIP: tl.constexpr, COLS: tl.constexpr, RH: tl.constexpr,
-                K2U: tl.constexpr):
-    """direct_fwd_kernel's accumulators after input row ``d`` (in read order along axis 2) of
-    kernel row t1 (the input read at the flipped tap when FLIP). The strip's output row j2 + r
-    reads that row through tap d - r (RH > 1 needs stride and dilation 1 along axis 2; a tap
-    outside the kernel gets a zero weight, or no FMAs where K2U, the kernel rows when they are
-    unrolled, says so at compile time): each input column is loaded once for all RH rows."""
+                K2U: tl.constexpr, ST2U: tl.constexpr, KD2U: tl.constexpr, DS: tl.constexpr):
+    """direct_fwd_kernel's accumulators after one input row along axis 2 of kernel row t1 (the
+    input read at the flipped tap when FLIP), loaded once for all RH rows of the strip. In a
+    runtime loop (K2U = 0) ``d`` is a read-order tap, and row r of the strip reads the row
+    through tap d - r (so RH > 1 needs stride and dilation 1 along axis 2; taps outside the
+    kernel get zero weights). With the kernel rows unrolled (K2U, ST2U, KD2U: that axis's
+    kernel, stride and dilation) ``d`` is a constant (DS, the same as a constexpr), the row's
+    dilated offset from the strip's first window, and each row's tap, if any, is resolved at
+    compile time."""
     u1 = j1 * ST1 + (K1 - 1 - t1 if FLIP else t1) * KD1 - LO1  # scalar
     ok1 = (u1 >= 0) & (u1 <= (S1 - 1) * ID1) & (u1 % ID1 == 0)
     x1 = x_ptr + n * sxn + (u1 // ID1) * sx1
-    i2, ok2 = input_index(j2, d, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
+    if K2U > 0:
+        i2, ok2 = input_index(j2, d, ST2, 1, ID2, LO2, S2, mask_p & ok1)
+    else:
+        i2, ok2 = input_index(j2, d, ST2, KD2, ID2, LO2, S2, mask_p & ok1)
     rows = x1 + i2 * sx2  # [P]
     w1 = w_lanes + t1 * sw1
     for t3o in tl.static_range(0, K3, U):  # chunks of U taps in read order
         ws = ()  # [1, BLOCK_O] per (output row, tap, c)
         for r in tl.static_range(RH):
-            tap2 = d - r  # read order
+            if K2U > 0:
+                tap2 = _row_tap(DS, r, ST2U, KD2U, K2U)  # read order; -1: row r reads no tap here
+            else:
+                tap2 = d - r
             w12 = w1 + (K2 - 1 - tap2 if FLIP else tap2) * sw2
             for t in tl.static_range(_chunk_taps(t3o, K3, U)):
                 for c in tl.static_range(CG):
@@ -100,15 +131,12 @@ def _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lan
                                  mask=ok[:, None] & mask_o[None, :], other=0.0).to(tl.float32)
                     new = ()
                     for r in tl.static_range(RH):
-                        if K2U > 0:  # rows unrolled: d is a constant, rows with no tap skipped
-                            reads = _tap_inside(d - r, K2U)
-                        else:
-                            reads = True
                         for jj in tl.static_range(COLS):
                             a = acc[r * COLS + jj]
                             if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
-                                if reads:
-                                    a += xv * ws[(r * _chunk_taps(t3o, K3, U) + _tap_of_column(e, jj, t3o, ST3, KD3, K3, U)) * CG + c]
+                                if _row_reads(DS, r, ST2U, KD2U, K2U):  # the weight of (r, tap, c) in ws
+                                    a += xv * ws[_weight_slot(r, _tap_of_column(e, jj, t3o, ST3, KD3, K3, U), c,
+                                                              _chunk_taps(t3o, K3, U), CG)]
                             new = new + (a,)
                     acc = new
     return acc
@@ -127,7 +155,7 @@ def direct_fwd_kernel(
     CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
     CHANNELS_FASTEST: tl.constexpr, ROWS_UNROLLED: tl.constexpr, K1C: tl.constexpr, K2C: tl.constexpr,
-    VEC: tl.constexpr, RH: tl.constexpr,
+    ST2C: tl.constexpr, KD2C: tl.constexpr, VEC: tl.constexpr, RH: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for a tile of TILE_H x STRIPS strips of RH x COLS outputs (rows along axis 2, consecutive
@@ -138,8 +166,8 @@ def direct_fwd_kernel(
     and feeds every (output, tap) pair that reads it, all resolved at compile time (K3, ST3, KD3
     are constexpr), for all RH rows of the strip. The input rows along axis 2 (K2 + RH - 1) and
     the kernel rows along axis 1 are loops (their re-reads hit L1), or, with ROWS_UNROLLED,
-    unrolled over K1C x K2C constant rows, so that the loads of later rows can be issued before
-    the FMAs of earlier ones.
+    unrolled over constant rows (K1C kernel rows; axis 2's kernel K2C, stride ST2C and dilation
+    KD2C), so that the loads of later rows can be issued before the FMAs of earlier ones.
 
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
     grid), so they run together and read whole channel rows of the input from HBM."""
@@ -172,16 +200,18 @@ def direct_fwd_kernel(
         acc = acc + (tl.zeros((TILE_H * STRIPS, BLOCK_O), dtype=tl.float32),)
     if ROWS_UNROLLED:  # every kernel row's loads in one straight block, free to be issued early
         for t1 in tl.static_range(K1C):
-            for d in tl.static_range(K2C + RH - 1):
-                acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
-                                  K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
-                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, K2C)
+            for d in tl.static_range((RH - 1) * ST2C + (K2C - 1) * KD2C + 1):  # dilated input rows
+                if _input_row_used(d, RH, ST2C, KD2C, K2C):
+                    acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2,
+                                      S3, K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2,
+                                      sx3, sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, K2C, ST2C,
+                                      KD2C, d)
     else:
         for t1 in range(K1):  # weight taps; the input is read at the flipped tap when FLIP
             for d in range(K2 + RH - 1):  # input rows in read order
                 acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
                                   K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
-                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, 0)
+                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, 0, 0, 0, 0)
     y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2  # [P]
     y_lanes = g * syg + k * syo  # [BLOCK_O]
     for r in tl.static_range(RH):
