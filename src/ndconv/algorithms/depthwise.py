@@ -174,7 +174,6 @@ def configs(p) -> list[Config]:
                     replace(base, block_o=max(8, base.block_o // 2), block_p=min(128, two)),
                     replace(base, block_o=min(128, 2 * base.block_o), block_p=max(1, base.block_p // 2)),
                     replace(base, unroll=4)]
-        # fewer channels per thread (more threads, fewer registers each), one strip per thread
         variants += [replace(c, channels_fastest=not base.channels_fastest) for c in (base, *variants)]
         if p.ndim > 1 and math.prod(p.kernel[:-1]) <= _UNROLLED_ROWS_MAX:
             variants += [replace(c, rows_unrolled=not base.rows_unrolled) for c in (base, *variants)]
