@@ -242,6 +242,8 @@ DEPTHWISE_STRIPS = [
     pytest.param((1, 4, 17, 4), (8, 3, 5, 1),
                  {"stride": 2, "kernel_dilation": 2, "padding": 3, "groups": 4},
                  id="2d_s2_kdil2_mult2"),
+    pytest.param((1, 9, 11, 5), (5, 3, 3, 1), {"stride": 2, "padding": 1, "groups": 5},
+                 id="2d_3x3_s2_row_strips"),
     pytest.param((1, 3, 9, 5), (5, 2, 6, 1),
                  {"input_dilation": (2, 2), "padding": ([1, 4], [0, 2]), "flip": True, "groups": 5},
                  id="2d_idil2_flip"),

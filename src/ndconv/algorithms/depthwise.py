@@ -133,9 +133,9 @@ def default_config(p) -> Config:
     row is loaded once for 3 of them: dw3x3_56 54.1 -> **44.8 us** (2 rows 49.4, 4 rows
     45.2). On dw7x7_56 (rows a runtime loop) several rows were slower (114.8 us for 2 rows,
     180 for 3: the rows past the kernel multiply zero weights, and registers spill). Strided
-    rows share input rows too once unrolled (dw3x3s2_112: 2 rows read 5 input rows, not 6;
-    compiled for sm_90, 664 instructions a row against 816): a config (``rows``), not yet
-    timed, so not the default.
+    rows share input rows too once unrolled (dw3x3s2_112: 4 rows read 9 input rows, not 12):
+    4 rows a strip there, 56.9 -> 55.6 us (3 rows 58.6, 2 rows 61.1, 8 rows spill: 136);
+    only timed in 2-D, so 3-D strided problems keep 1.
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
@@ -154,7 +154,7 @@ def default_config(p) -> Config:
     strips = max(1, min(128, 4 * 32 * 4 // block_o))
     short = max(p.kernel) <= 3
     return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
-                  vector=4, rows=3 if short and _consecutive_rows(p) else 1)
+                  vector=4, rows=_short_kernel_rows(p) if short else 1)
 
 
 def configs(p) -> list[Config]:
@@ -194,6 +194,14 @@ def _consecutive_rows(p) -> bool:
     (stride and kernel dilation 1 there)."""
     axis = 1  # of the three padded spatial axes
     return pad3(p.stride, 1)[axis] == 1 and pad3(p.kernel_dilation, 1)[axis] == 1
+
+
+def _short_kernel_rows(p) -> int:
+    """Output rows per strip for kernels of at most 3 taps an axis (their rows unrolled): 3 where
+    consecutive output rows read consecutive input rows, 4 for 2-D strided rows, else 1."""
+    if _consecutive_rows(p):
+        return 3
+    return 4 if p.ndim == 2 else 1
 
 
 def _strip_rows(p, config: Config) -> int:
