@@ -70,24 +70,39 @@ def rows(device: str) -> dict:
 
 
 def graph_check(device: str) -> None:
-    """A convolution captured in a CUDA graph (after a warm-up call) replays to the same result."""
-    for name in ("implicit_gemm", "depthwise", None):
-        x = torch.randn(2, 8, 8, 16, device=device, dtype=torch.bfloat16)
-        groups = 16 if name == "depthwise" else 1
-        w = torch.randn(16, 3, 3, 16 // groups, device=device, dtype=torch.bfloat16)
-        expected = ndconv.conv2d(x, w, 1, 1, groups=groups, algorithm=name)  # the warm-up call
+    """Convolutions captured in a CUDA graph (after a warm-up call) replay to the same result:
+    bound launches, and the paths that build their launch per call (a strided RGB stem over
+    its space-to-depth copy, a transposed convolution's output phases)."""
+    cases = [  # (name, x shape, w shape, function, kwargs)
+        ("implicit_gemm", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv2d, dict(padding=1, algorithm="implicit_gemm")),
+        ("depthwise", (2, 8, 8, 16), (16, 3, 3, 1), ndconv.conv2d,
+         dict(padding=1, groups=16, algorithm="depthwise")),
+        ("planner", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv2d, dict(padding=1)),
+        ("implicit_gemm, 7x7 stride-2 RGB stem", (2, 32, 32, 3), (16, 7, 7, 3), ndconv.conv2d,
+         dict(stride=2, padding=3, algorithm="implicit_gemm")),
+        ("implicit_gemm, stride-2 transposed", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv_transpose2d,
+         dict(stride=2, padding=1, output_padding=1, algorithm="implicit_gemm")),
+    ]
+    for name, x_shape, w_shape, conv, kwargs in cases:
+        x = torch.randn(x_shape, device=device, dtype=torch.bfloat16)
+        w = torch.randn(w_shape, device=device, dtype=torch.bfloat16)
+        expected = conv(x, w, **kwargs)  # the warm-up call
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream), torch.cuda.graph(graph):
-            y = ndconv.conv2d(x, w, 1, 1, groups=groups, algorithm=name)
+        try:
+            with torch.cuda.stream(stream), torch.cuda.graph(graph):
+                y = conv(x, w, **kwargs)
+        except RuntimeError as e:
+            print(f"CUDA graph capture, {name}: FAILED ({str(e)[:120]})")
+            continue
         torch.cuda.current_stream().wait_stream(stream)
         x.copy_(torch.randn_like(x))
         graph.replay()
         torch.cuda.synchronize()
-        fresh = ndconv.conv2d(x, w, 1, 1, groups=groups, algorithm=name)
+        fresh = conv(x, w, **kwargs)
         same = torch.equal(y, fresh) and not torch.equal(y, expected)
-        print(f"CUDA graph capture, {name or 'planner'}: {'replays correctly' if same else 'WRONG'}")
+        print(f"CUDA graph capture, {name}: {'replays correctly' if same else 'WRONG'}")
 
 
 def main():

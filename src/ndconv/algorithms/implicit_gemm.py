@@ -282,8 +282,11 @@ def _empty_slices(empty, period, D: int):
     return [(slice(None),) * (1 + d - (3 - D)) + (slice(r, None, period[d]),) for d, r in empty]
 
 
+@lru_cache(maxsize=1024)
 def _phases(axes, device: str):
-    """The output phases of a problem, computed exactly on the host.
+    """The output phases of a problem, computed exactly on the host, once per problem and
+    device: a table built per call would cost a host-to-device copy and a stream
+    synchronisation each time (and cannot be made under CUDA-graph capture).
 
     ``axes``: per axis (S_out, K, stride, kdil, idil, lo). Per axis, output j = r + P*q (P =
     lcm(stride, idil)/stride) reads input (j*stride + t'*kdil - lo)/idil through the read-order
