@@ -455,6 +455,24 @@ def test_tma_path_runs_strided_stems_by_space_to_depth(x_shape, w_shape, args, d
         _check_tma(p, config, monkeypatch, "_run_space_to_depth", seed=3)
 
 
+def test_calls_without_a_bound_launch_copy_no_table_to_the_device(monkeypatch):
+    """A stem over its space-to-depth copy is launched afresh per call, but builds no tensor from
+    host data after its first call (its output phase table, made per call, was a host-to-device
+    copy and a stream sync every time, which a CUDA-graph capture refuses)."""
+    p = _problem_for_tma((2, 9, 10, 3), (16, 3, 3, 3), dict(stride=2, padding=1), torch.float32)
+    assert implicit_gemm.takes_space_to_depth(p)
+    a, b = testing.random_operands(p, 0, device=DEVICE)
+    out = torch.empty(p.result_shape, device=DEVICE, dtype=p.dtype)
+    implicit_gemm.run(p, *p.views(a, b, out), TMA_CONFIGS[0])
+    made, tensor = [], torch.tensor
+    monkeypatch.setattr(torch, "tensor", lambda *args, **kwargs: made.append(args) or tensor(*args, **kwargs))
+    out.fill_(float("nan"))
+    implicit_gemm.run(p, *p.views(a, b, out), TMA_CONFIGS[0])
+    monkeypatch.undo()
+    assert not made, made
+    testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p))
+
+
 @pytest.mark.parametrize("shape,blocks,stride,lo,channels", [
     ((2, 9, 10, 3), (5, 6), (2, 2), (1, 2), 4),  # a stem: pads, blocks, channels 3 -> 4
     ((1, 7, 5), (4,), (2,), (-1,), 5),  # a crop on the low side, zeros past the end
