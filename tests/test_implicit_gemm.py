@@ -601,6 +601,32 @@ def test_prepared_call_binds_the_launch(config):
     testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
 
 
+COPYING_CASES = [c for c in SPACE_TO_DEPTH_CASES + TAP_FOLD_CASES if not c.values[2].get("flip")]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", COPYING_CASES)
+def test_prepared_call_binds_the_copies_and_the_kernel(x_shape, w_shape, args, monkeypatch):
+    """A stem over its space-to-depth copies, or a tap-folded problem over its padded input: the
+    prepared call binds each launch once, so after its first call no launch is built again, and
+    it computes what run computes, call after call on fresh operands (an unaligned input too)."""
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
+    call = implicit_gemm.prepare(p, TMA_CONFIGS[0])
+    assert call is not None
+    a, b = testing.random_operands(p, 1)
+    testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+    def rebuilt(*args, **kwargs):
+        raise AssertionError("a launch was built per call")
+    for name in ("_tma_launch", "_padded_blocks_launch", "padded_blocks"):
+        monkeypatch.setattr(implicit_gemm, name, rebuilt)
+    a, b = testing.random_operands(p, 2)
+    testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+    monkeypatch.undo()
+    shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
+    shifted.copy_(a)
+    testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
 def test_tiny_dense_problems_keep_the_cheap_launch():
     """A problem the GPU finishes before PyTorch's call is even issued is host-bound: the
     planner's heuristics keep the Triton kernel (half the host time per call) there."""

@@ -66,6 +66,12 @@ def rows(device: str) -> dict:
         out["F.conv2d grouped (4 groups)"] = lambda: F.conv2d(xt, wgt, padding=1, groups=4)
         out["ndconv.conv2d grouped (4 groups), planner's choice"] = (
             lambda: ndconv.conv2d(x, wg, 1, 1, groups=4))
+        xs = torch.randn(1, 32, 32, 3, device=device, dtype=dtype)  # an RGB stem: space-to-depth copies
+        ws = torch.randn(16, 7, 7, 3, device=device, dtype=dtype)
+        xst, wst = xs.permute(0, 3, 1, 2), ws.permute(0, 3, 1, 2)
+        out["F.conv2d 7x7 stride-2 RGB stem"] = lambda: F.conv2d(xst, wst, stride=2, padding=3)
+        out["ndconv.conv2d 7x7 stride-2 RGB stem, implicit_gemm"] = (
+            lambda: ndconv.conv2d(xs, ws, 2, 3, algorithm="implicit_gemm"))
     return out
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 
@@ -201,8 +202,14 @@ def block_diagonal(w: torch.Tensor, pack: int) -> torch.Tensor:
     """Grouped weight [G, Og, *K, Cg] as [G/pack, pack*Og, *K, pack*Cg], block-diagonal."""
     G, Og, *K, Cg = w.shape
     w6 = w.reshape(G // pack, pack, Og, math.prod(K), 1, Cg)
-    eye = torch.eye(pack, dtype=w.dtype, device=w.device).view(1, pack, 1, 1, pack, 1)
-    return (w6 * eye).reshape(G // pack, pack * Og, *K, pack * Cg)
+    return (w6 * _identity(pack, w.dtype, w.device)).reshape(G // pack, pack * Og, *K, pack * Cg)
+
+
+@lru_cache(maxsize=64)
+def _identity(pack: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The [pack, pack] identity shaped to mask block_diagonal's products: made once, not per
+    call (a tensor made per call costs host time and a launch)."""
+    return torch.eye(pack, dtype=dtype, device=device).view(1, pack, 1, 1, pack, 1)
 
 
 def _merge_groups(t: torch.Tensor, pack: int) -> torch.Tensor:

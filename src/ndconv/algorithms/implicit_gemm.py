@@ -224,8 +224,8 @@ def prepare(p, config: Config):
         if launch is None or empty:
             return None
         return allocating(p, BoundLaunch(conv_fwd_kernel, *launch, operands=views))
-    if _tap_fold(p) is not None:  # a padded copy of the input per call: run does it
-        return None
+    if tma_runner(p) in (_run_space_to_depth, _run_tap_folded):  # copies first
+        return _prepare_copying(p, config)
     launch, empty = _tma_launch(p, *views, config)
     if launch is None or empty or launch[1][1].base is not views[1]:  # not TMA, zeros, or the weight copied
         return None
@@ -1069,18 +1069,37 @@ def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int) -> torch.T
 
     if x.stride(-1) != 1:
         x = x.contiguous()
-    D, N, C = len(blocks), x.shape[0], x.shape[-1]
-    width = math.prod(stride) * channels
-    y = torch.empty((N, *blocks, width), dtype=x.dtype, device=x.device)
-    rows = N * math.prod(blocks)
+    y = torch.empty((x.shape[0], *blocks, math.prod(stride) * channels), dtype=x.dtype, device=x.device)
+    grid, args, meta = _padded_blocks_launch(x, y, stride, lo, channels)
+    padded_blocks_kernel[grid](*args, **meta)
+    return y
+
+
+def _padded_blocks_launch(x: torch.Tensor, y: torch.Tensor, stride, lo, channels: int):
+    """(grid, args, meta) of padded_blocks' copy of x (channels contiguous) into y (contiguous)."""
+    D, C, blocks, width = len(stride), x.shape[-1], y.shape[1:-1], y.shape[-1]
+    rows = y.shape[0] * math.prod(blocks)
     cols = 1 << (width - 1).bit_length()
     block_r = max(1, min(128, 4096 // cols))
-    padded_blocks_kernel[(cdiv(rows, block_r),)](
-        x, y, rows, *pad3(blocks, 1), *pad3(x.shape[1:-1], 1), *pad3(lo, 0), C,
-        x.stride(0), *spatial_strides(x, 1, D),
-        *pad3(stride, 1), channels, cols, block_r, needs_int64(x, y), num_warps=4,
-    )
-    return y
+    args = (x, y, rows, *pad3(blocks, 1), *pad3(x.shape[1:-1], 1), *pad3(lo, 0), C,
+            x.stride(0), *spatial_strides(x, 1, D), *pad3(stride, 1), channels, cols, block_r, needs_int64(x, y))
+    return (cdiv(rows, block_r),), args, dict(num_warps=4)
+
+
+def _tap_windows(x: torch.Tensor, shape) -> torch.Tensor:
+    """x [N, *S, C] (rows C-strided) as the windows of a ``_tap_fold`` problem's input ``shape``:
+    position j of the last axis holds the rows j, j + 1, ... (overlapping, no copy)."""
+    return x.as_strided(shape, (*x.stride()[:-2], x.shape[-1], 1))
+
+
+def _space_to_depth_operands(q, xs: torch.Tensor, ws: torch.Tensor):
+    """The problem the TMA kernel runs for space-to-depth problem ``q`` and its operands over
+    the copies xs, ws: q's last-axis taps folded into the channels where that pays (q has no
+    padding, so the windows need no copy)."""
+    f = _tap_fold(q)
+    if f is None:
+        return q, xs, ws
+    return f, _tap_windows(xs, f.x_shape), ws.view(f.w_shape)
 
 
 def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
@@ -1096,7 +1115,8 @@ def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     xs = padded_blocks(x, q.in_spatial, p.stride, p.padding_lo, channels)
     wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
     ws = padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
-    return tma_runner(q)(q, *q.views(xs, ws, out), config)  # the taps folded where that pays
+    r, xs, ws = _space_to_depth_operands(q, xs, ws)
+    return _run_tma(r, *r.views(xs, ws, out), config)
 
 
 def _run_tap_folded(p, x, w, out, config: Config) -> bool:
@@ -1108,7 +1128,65 @@ def _run_tap_folded(p, x, w, out, config: Config) -> bool:
     lo, hi = p.padding_lo[-1], p.padding_hi[-1]
     if lo or hi or x.stride(-1) != 1 or x.stride(-2) != C:  # the windows need C-strided rows
         x = padded_blocks(x, (*p.in_spatial[:-1], p.in_spatial[-1] + lo + hi), (1,) * D, (0,) * (D - 1) + (lo,), C)
-    windows = x.as_strided(q.x_shape, (*x.stride()[:-2], C, 1))
+    windows = _tap_windows(x, q.x_shape)
     if p.flip:  # q flips the other axes; the taps folded into the channels are flipped here
         w = w.flip(D)
     return _run_tma(q, *q.views(windows, w.contiguous().view(q.w_shape), out), config)
+
+
+def _prepare_copying(p, config: Config):
+    """The prepared call of a forward that copies operands before the TMA kernel: a stem's
+    space-to-depth copies of its input and weight, a tap-folded problem's input padded along
+    its last axis. Each launch is bound once: through Triton's generic launches and descriptors
+    made per call, the stem cost about 0.5 ms of host time per call for 0.12 ms on the GPU.
+    None where ``run`` must do it (flipped weights, other passes, refused problems)."""
+    from .implicit_gemm_kernels import conv_fwd_tma_kernel, padded_blocks_kernel
+
+    if p.pass_ != "fwd" or p.flip:
+        return None
+
+    def meta(shape):
+        return torch.empty(shape, device="meta", dtype=p.dtype)
+
+    D = p.ndim
+    x, w, out = meta(p.x_shape), meta(p.w_shape), meta(p.result_shape)
+    xs, ws = x, w  # the kernel's operands: copies, or the natural operands themselves
+    copy_x = copy_w = None  # (grid, args, meta) of a copy's launch
+    if tma_runner(p) is _run_space_to_depth:
+        q = _space_to_depth(p)
+        if isinstance(q, str):
+            return None
+        channels = q.in_channels // math.prod(p.stride)
+        xs, ws = meta(q.x_shape), meta(q.w_shape)
+        copy_x = _padded_blocks_launch(x, xs, p.stride, p.padding_lo, channels)
+        copy_w = _padded_blocks_launch(w, ws, p.stride, (0,) * D, channels)  # taps past the kernel: zero
+        r, x_view, w_view = _space_to_depth_operands(q, xs, ws)
+    else:
+        r, lo, hi = _tap_fold(p), p.padding_lo[-1], p.padding_hi[-1]
+        if lo or hi:
+            xs = meta((*p.x_shape[:-2], p.x_shape[-2] + lo + hi, p.in_channels))
+            copy_x = _padded_blocks_launch(x, xs, (1,) * D, (0,) * (D - 1) + (lo,), p.in_channels)
+        x_view, w_view = _tap_windows(xs, r.x_shape), w.view(r.w_shape)
+    views = r.views(x_view, w_view, out)
+    launch, empty = _tma_launch(r, *views, config)
+    if launch is None or empty or launch[1][1].base is not views[1]:
+        return None
+    gemm = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
+    copies = tuple(None if c is None else (BoundLaunch(padded_blocks_kernel, *c, operands=(src, dst)), dst.shape)
+                   for c, src, dst in zip((copy_x, copy_w), (x, w), (xs, ws)))
+    shape, dtype = p.result_shape, p.dtype
+
+    def call(a, b):
+        out = torch.empty(shape, dtype=dtype, device=a.device)
+        operands = [a, b]
+        for i, copy in enumerate(copies):
+            if copy is not None:
+                bound, copy_shape = copy
+                operands[i] = torch.empty(copy_shape, dtype=dtype, device=a.device)
+                bound((a, b)[i], operands[i])
+        if operands[0].data_ptr() % 16 or operands[1].data_ptr() % 16:  # TMA's rule: run's gather path
+            run(p, *p.views(a, b, out), config)
+        else:
+            gemm(*operands, out)
+        return out
+    return call
