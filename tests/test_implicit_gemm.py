@@ -225,6 +225,28 @@ def test_tma_weight_gradient_matches_reference(x_shape, w_shape, args, dtype, mo
         _check_tma(p, config, monkeypatch, "_run_tma_wgrad", seed=5)
 
 
+@pytest.mark.parametrize("x_shape,w_shape,args", [TMA_WGRAD_CASES[i] for i in (0, 4, 5, 7)])
+def test_prepared_weight_gradient_binds_the_launch(x_shape, w_shape, args, monkeypatch):
+    """A stride-1 weight gradient's prepared call (its TMA launch bound once), written directly
+    and through split-K partial sums: after its first call no launch is built again, and it
+    computes what run computes, call after call on fresh operands (an unaligned one too)."""
+    from ndconv.api import make_problem
+
+    p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
+    for config in TMA_WGRAD_CONFIGS[:2]:
+        call = implicit_gemm.prepare(p, config)
+        assert call is not None
+        a, b = testing.random_operands(p, 1)
+        testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
+        with monkeypatch.context() as m:
+            m.setattr(implicit_gemm, "_tma_wgrad_launch", lambda *args: pytest.fail("a launch was built per call"))
+            a, b = testing.random_operands(p, 2)
+            testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
+        shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
+        shifted.copy_(a)
+        testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
 def test_tma_weight_gradient_refusals(monkeypatch):
     """What the TMA weight gradient does not take goes to the gather kernel, still correct:
     fp32 (TF32 wgmma needs K-major operands), 40-byte channel rows, outputs with no exact box,

@@ -79,7 +79,10 @@ _SM_COUNT_FALLBACK = 132  # the H200's, for the interpreter's CPU tensors
 
 
 def sm_count(device) -> int:
-    """Streaming multiprocessors of ``device`` (grids are sized to fill them)."""
+    """Streaming multiprocessors of ``device`` (grids are sized to fill them); for a prepared
+    launch's meta tensors, the current GPU's."""
+    if device.type == "meta" and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
     if device.type != "cuda":
         return _SM_COUNT_FALLBACK
     return torch.cuda.get_device_properties(device).multi_processor_count
