@@ -229,7 +229,7 @@ def test_tma_weight_gradient_matches_reference(x_shape, w_shape, args, dtype, mo
 def test_prepared_weight_gradient_binds_the_launch(x_shape, w_shape, args, monkeypatch):
     """A stride-1 weight gradient's prepared call (its TMA launch bound once), written directly
     and through split-K partial sums: after its first call no launch is built again, and it
-    computes what run computes, call after call on fresh operands (an unaligned one too)."""
+    computes exactly what run computes, call after call on fresh operands (an unaligned one too)."""
     from ndconv.api import make_problem
 
     p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
@@ -237,7 +237,10 @@ def test_prepared_weight_gradient_binds_the_launch(x_shape, w_shape, args, monke
         call = implicit_gemm.prepare(p, config)
         assert call is not None
         a, b = testing.random_operands(p, 1)
-        testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
+        got, ran = call(a, b), torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
+        implicit_gemm.run(p, *p.views(a, b, ran), config)
+        assert torch.equal(got, ran), config  # the same sums, rounded once (on the GPU too)
+        testing.assert_close(got, testing.reference_result(p, a, b), testing.tolerance(p), str(config))
         with monkeypatch.context() as m:
             m.setattr(implicit_gemm, "_tma_wgrad_launch", lambda *args: pytest.fail("a launch was built per call"))
             a, b = testing.random_operands(p, 2)

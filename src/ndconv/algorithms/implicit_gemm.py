@@ -783,7 +783,8 @@ def _prepare_wgrad(p, config: Config):
             return out
         partial = torch.empty(workspace, dtype=torch.float32, device=a.device)
         bound(a, b, partial)
-        torch.sum(partial, 0, out=out.view(workspace[1:]))  # summed in float32, one launch
+        # not torch.sum(..., out=out): on CUDA it rounds each partial sum to out's dtype first
+        out.view(workspace[1:]).copy_(partial.sum(0))
         return out
     return call
 
