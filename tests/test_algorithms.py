@@ -287,3 +287,18 @@ def test_depthwise_prepared_call_matches_the_reference(pass_):
     for seed in (3, 4):
         a, b = testing.random_operands(p, seed, device=DEVICE)
         testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
+@pytest.mark.parametrize("name", ["gemm", "winograd"])
+def test_calls_build_no_tensor_from_host_data_after_the_first(name, monkeypatch):
+    """Tables and transform matrices built from host data are made once per problem and
+    device: per call each was a host-to-device copy, which a CUDA-graph capture refuses."""
+    p = make_problem((1, 6, 6, 4), (4, 3, 3, 4), padding=1, dtype=torch.float32, device=DEVICE)
+    a, b = testing.random_operands(p, 0, device=DEVICE)
+    testing.run_algorithm(name, p, a, b)
+    made, tensor = [], torch.tensor
+    monkeypatch.setattr(torch, "tensor", lambda *args, **kwargs: made.append(args) or tensor(*args, **kwargs))
+    out = testing.run_algorithm(name, p, a, b)
+    monkeypatch.undo()
+    assert not made, made
+    testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import lru_cache
 
 import torch
 
@@ -45,8 +46,11 @@ def workspace_limit() -> int:
     return limit
 
 
+@lru_cache(maxsize=64)
 def _index_tables(p, device):
-    """Per axis: source element index [S_out, K] into the undilated input, and its validity."""
+    """Per axis: source element index [S_out, K] into the undilated input, and its validity.
+    Made once per problem and device: built from host data, a table made per call would be a
+    host-to-device copy each time, which a CUDA-graph capture refuses."""
     tables = []
     for u, s, idil in zip(p.tap_positions, p.in_spatial, p.input_dilation):
         u = torch.tensor(u, device=device)

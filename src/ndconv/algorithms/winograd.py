@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction as F
+from functools import lru_cache
 
 import torch
 
@@ -197,13 +198,20 @@ def configs(p) -> list[Config]:
     return out
 
 
+@lru_cache(maxsize=16)
+def _filter_matrix(transform: Transform, device: torch.device) -> torch.Tensor:
+    """G as an fp32 tensor on ``device``, made once (per call it was a host-to-device copy,
+    which a CUDA-graph capture refuses)."""
+    return torch.tensor([[float(v) for v in row] for row in transform.G], dtype=torch.float32, device=device)
+
+
 def _filter_transform(p, w, transform: Transform) -> torch.Tensor:
     """U[a*A + b, g, c, o] = (G w[g, o, :, :, c] G^T)[a, b]: fp32, stored in the problem's dtype."""
     A = len(transform.BT)
     g = w.to(torch.float32)
     if p.flip:
         g = g.flip(2, 3)
-    G = torch.tensor([[float(v) for v in row] for row in transform.G], dtype=torch.float32, device=w.device)
+    G = _filter_matrix(transform, w.device)
     u = torch.einsum("ak,goklc,bl->abgco", G, g, G)
     return u.reshape(A * A, p.groups, p.c_per_group, p.o_per_group).to(p.dtype).contiguous()
 
