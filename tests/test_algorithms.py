@@ -269,10 +269,26 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     unrolled = replace(base, rows_unrolled=True, cols=3)  # kernel rows unrolled (forward passes)
     configs = [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]
     if pass_ != "wgrad":  # 2 channels per thread; strips of several rows (any stride once unrolled)
-        configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2), replace(unrolled, rows=2)]
+        configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2), replace(unrolled, rows=2),
+                    replace(base, max_registers=depthwise.THREE_CTAS_OF_4_WARPS)]  # spills (on a GPU)
     for config in configs:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
+
+
+def test_depthwise_caps_registers_only_for_long_2d_kernels():
+    """Measured on the H200: a register cap of 3 CTAs an SM speeds up 2-D kernels longer than 3
+    taps (rows a runtime loop: 5x5, 7x7) and slows down 3x3 and 1-D ones."""
+    from ndconv.algorithms import depthwise
+
+    def cap(x, w, **args):
+        p = make_problem(x, w, groups=x[-1], dtype=torch.bfloat16, device=DEVICE, **args)
+        return depthwise.default_config(p).max_registers
+
+    assert cap((64, 56, 56, 96), (96, 7, 7, 1), padding=3) == depthwise.THREE_CTAS_OF_4_WARPS
+    assert cap((64, 28, 28, 240), (240, 5, 5, 1), padding=2) == depthwise.THREE_CTAS_OF_4_WARPS
+    assert cap((64, 56, 56, 144), (144, 3, 3, 1), padding=1) == 0
+    assert cap((8, 4096, 1536), (1536, 4, 1), padding=([3], [0])) == 0
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad"])

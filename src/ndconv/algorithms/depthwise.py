@@ -16,7 +16,7 @@ fixed order (deterministic).
 Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
 both kernels' tiles measured on the H200 (tools/depthwise_sweep.py): causal conv1d 55 us
 forward and 64 us weight gradient (1.2x and 1.35x the HBM floor), dw3x3_56 45 us forward
-(PyTorch 58), dw7x7_56 108 us forward and 136 us weight gradient (PyTorch 143 and 129).
+(PyTorch 58), dw7x7_56 102 us forward and 136 us weight gradient (PyTorch 143 and 129).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ NAME = "depthwise"
 MAX_GROUP_WIDTH = 16
 # Most kernel rows (taps of all axes but the last) a config may unroll: compile time grows with them.
 _UNROLLED_ROWS_MAX = 9
+# Registers per thread at which three CTAs of 4 warps fit an SM's 64K (168 x 128 x 3 = 64512).
+THREE_CTAS_OF_4_WARPS = 168
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Config:
     rows_unrolled: bool = False  # forward: the kernel rows (all axes but the last) unrolled
     vector: int = 8  # forward: consecutive channels per thread (at most a 16-byte vector)
     rows: int = 1  # forward: output rows per strip along the next-to-last axis (sharing input rows)
+    max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg; 0: the compiler's choice)
 
 
 def supports(p):
@@ -135,7 +138,12 @@ def default_config(p) -> Config:
     180 for 3: the rows past the kernel multiply zero weights, and registers spill). Strided
     rows share input rows too once unrolled (dw3x3s2_112: 4 rows read 9 input rows, not 12):
     4 rows a strip there, 56.9 -> 55.6 us (3 rows 58.6, 2 rows 61.1, 8 rows spill: 136);
-    only timed in 2-D, so 3-D strided problems keep 1.
+    only timed in 2-D, so 3-D strided problems keep 1. 2-D kernels of more than 3 taps an axis
+    (rows a runtime loop) cap registers at 168 a thread (3 CTAs an SM instead of 2, a few
+    spills; thirteenth session): dw7x7_56 109 -> 101.6 us forward, 108.7 -> 101.9 input
+    gradient, dw7x7 at 28 and 14: 63.7 -> 62.2, 35.5 -> 34.0; 5x5 at 28 and 14: 58.8 -> 49.0,
+    28.0 -> 24.5 (caps of 200, 184, 152, 136: no better; on 3x3 and 1-D kernels every cap was
+    slower: dw3x3s2_112 55.9 -> 88 us at 168).
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
@@ -153,8 +161,10 @@ def default_config(p) -> Config:
     block_o = min(32, _pow2_at_least(p.out_channels))
     strips = max(1, min(128, 4 * 32 * 4 // block_o))
     short = max(p.kernel) <= 3
+    capped = not short and p.ndim == 2
     return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
-                  vector=4, rows=_short_kernel_rows(p) if short else 1)
+                  vector=4, rows=_short_kernel_rows(p) if short else 1,
+                  max_registers=THREE_CTAS_OF_4_WARPS if capped else 0)
 
 
 def configs(p) -> list[Config]:
@@ -182,6 +192,7 @@ def configs(p) -> list[Config]:
                      for vector in (8, 4, 2) if vector != base.vector]
         if p.ndim > 1:
             variants += [replace(base, rows=rows) for rows in (1, 2, 3, 4) if rows != base.rows]
+        variants.append(replace(base, max_registers=0 if base.max_registers else THREE_CTAS_OF_4_WARPS))
     out = []
     for c in (base, *variants):
         if c not in out:
@@ -278,6 +289,8 @@ def _forward_launch(p, x, w, out, config: Config):
         ST2C=ST2 if config.rows_unrolled else 1, KD2C=KD2 if config.rows_unrolled else 1,
         VEC=config.vector, RH=rows, num_warps=config.num_warps,
     )
+    if config.max_registers:
+        meta["maxnreg"] = config.max_registers
     return grid, args, meta
 
 
