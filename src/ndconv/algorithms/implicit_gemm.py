@@ -1113,21 +1113,37 @@ def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int) -> torch.T
 
     if x.stride(-1) != 1:
         x = x.contiguous()
-    y = torch.empty((x.shape[0], *blocks, math.prod(stride) * channels), dtype=x.dtype, device=x.device)
-    grid, args, meta = _padded_blocks_launch(x, y, stride, lo, channels)
+    y, (grid, args, meta) = _padded_blocks_launch(x, blocks, stride, lo, channels)
     padded_blocks_kernel[grid](*args, **meta)
     return y
 
 
-def _padded_blocks_launch(x: torch.Tensor, y: torch.Tensor, stride, lo, channels: int):
-    """(grid, args, meta) of padded_blocks' copy of x (channels contiguous) into y (contiguous)."""
-    D, C, blocks, width = len(stride), x.shape[-1], y.shape[1:-1], y.shape[-1]
-    rows = y.shape[0] * math.prod(blocks)
+def _padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int):
+    """padded_blocks' result, new (on x's device: meta for a prepared launch), and the (grid,
+    args, meta) of its copy of x (channels contiguous)."""
+    D, C, N = len(stride), x.shape[-1], x.shape[0]
+    width = math.prod(stride) * channels
+    y = torch.empty((N, *blocks, width), dtype=x.dtype, device=x.device)
+    rows = N * math.prod(blocks)
     cols = 1 << (width - 1).bit_length()
     block_r = max(1, min(128, 4096 // cols))
     args = (x, y, rows, *pad3(blocks, 1), *pad3(x.shape[1:-1], 1), *pad3(lo, 0), C,
             x.stride(0), *spatial_strides(x, 1, D), *pad3(stride, 1), channels, cols, block_r, needs_int64(x, y))
-    return (cdiv(rows, block_r),), args, dict(num_warps=4)
+    return y, ((cdiv(rows, block_r),), args, dict(num_warps=4))
+
+
+def _space_to_depth_copies(p, q):
+    """padded_blocks' (blocks, stride, lo, channels) of the input's and of the weight's copy for
+    ``q``, the space-to-depth problem of ``p`` (the weight's taps past the kernel: zero)."""
+    channels = q.in_channels // math.prod(p.stride)
+    return (q.in_spatial, p.stride, p.padding_lo, channels), (q.kernel, p.stride, (0,) * p.ndim, channels)
+
+
+def _last_axis_padded(p):
+    """padded_blocks' (blocks, stride, lo, channels) of ``p``'s input padded (or cropped) along
+    its last axis only: the rows a tap-folded problem's windows read."""
+    D, lo, hi = p.ndim, p.padding_lo[-1], p.padding_hi[-1]
+    return (*p.in_spatial[:-1], p.in_spatial[-1] + lo + hi), (1,) * D, (0,) * (D - 1) + (lo,), p.in_channels
 
 
 def _tap_windows(x: torch.Tensor, shape) -> torch.Tensor:
@@ -1154,12 +1170,9 @@ def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     if isinstance(q, str):
         return False
     x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
-    D = p.ndim
-    channels = q.in_channels // math.prod(p.stride)
-    xs = padded_blocks(x, q.in_spatial, p.stride, p.padding_lo, channels)
-    wf = w.flip(tuple(range(1, D + 1))) if p.flip else w
-    ws = padded_blocks(wf, q.kernel, p.stride, (0,) * D, channels)  # taps past the kernel: zero
-    r, xs, ws = _space_to_depth_operands(q, xs, ws)
+    x_copy, w_copy = _space_to_depth_copies(p, q)
+    wf = w.flip(tuple(range(1, p.ndim + 1))) if p.flip else w
+    r, xs, ws = _space_to_depth_operands(q, padded_blocks(x, *x_copy), padded_blocks(wf, *w_copy))
     return _run_tma(r, *r.views(xs, ws, out), config)
 
 
@@ -1171,7 +1184,7 @@ def _run_tap_folded(p, x, w, out, config: Config) -> bool:
     C, D = p.in_channels, p.ndim
     lo, hi = p.padding_lo[-1], p.padding_hi[-1]
     if lo or hi or x.stride(-1) != 1 or x.stride(-2) != C:  # the windows need C-strided rows
-        x = padded_blocks(x, (*p.in_spatial[:-1], p.in_spatial[-1] + lo + hi), (1,) * D, (0,) * (D - 1) + (lo,), C)
+        x = padded_blocks(x, *_last_axis_padded(p))
     windows = _tap_windows(x, q.x_shape)
     if p.flip:  # q flips the other axes; the taps folded into the channels are flipped here
         w = w.flip(D)
@@ -1192,7 +1205,6 @@ def _prepare_copying(p, config: Config):
     def meta(shape):
         return torch.empty(shape, device="meta", dtype=p.dtype)
 
-    D = p.ndim
     x, w, out = meta(p.x_shape), meta(p.w_shape), meta(p.result_shape)
     xs, ws = x, w  # the kernel's operands: copies, or the natural operands themselves
     copy_x = copy_w = None  # (grid, args, meta) of a copy's launch
@@ -1200,16 +1212,13 @@ def _prepare_copying(p, config: Config):
         q = _space_to_depth(p)
         if isinstance(q, str):
             return None
-        channels = q.in_channels // math.prod(p.stride)
-        xs, ws = meta(q.x_shape), meta(q.w_shape)
-        copy_x = _padded_blocks_launch(x, xs, p.stride, p.padding_lo, channels)
-        copy_w = _padded_blocks_launch(w, ws, p.stride, (0,) * D, channels)  # taps past the kernel: zero
+        x_copy, w_copy = _space_to_depth_copies(p, q)
+        (xs, copy_x), (ws, copy_w) = _padded_blocks_launch(x, *x_copy), _padded_blocks_launch(w, *w_copy)
         r, x_view, w_view = _space_to_depth_operands(q, xs, ws)
     else:
-        r, lo, hi = _tap_fold(p), p.padding_lo[-1], p.padding_hi[-1]
-        if lo or hi:
-            xs = meta((*p.x_shape[:-2], p.x_shape[-2] + lo + hi, p.in_channels))
-            copy_x = _padded_blocks_launch(x, xs, (1,) * D, (0,) * (D - 1) + (lo,), p.in_channels)
+        r = _tap_fold(p)
+        if p.padding_lo[-1] or p.padding_hi[-1]:
+            xs, copy_x = _padded_blocks_launch(x, *_last_axis_padded(p))
         x_view, w_view = _tap_windows(xs, r.x_shape), w.view(r.w_shape)
     views = r.views(x_view, w_view, out)
     launch, empty = _tma_launch(r, *views, config)
