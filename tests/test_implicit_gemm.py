@@ -98,6 +98,8 @@ def test_gpu_defaults(monkeypatch):
         ("convT_3x3s2", "fwd"): "implicit_gemm", ("r50_1x1s2_down", "fwd"): "native",
         ("same_pad_s2", "fwd"): "native", ("unet_3x3_64", "fwd"): "implicit_gemm",
         ("vae_3x3_256", "fwd"): "native", ("convT_4x4s2", "wgrad"): "native",
+        ("r50_3x3_14", "fwd"): "implicit_gemm", ("r50_3x3_28", "fwd"): "implicit_gemm",  # one wave
+        ("r50_3x3_14", "dgrad"): "native", ("r50_1x1_56", "fwd"): "native",
     }
     for (name, pass_), algorithm in expected.items():
         p = cases[name].problem("cuda")
@@ -599,16 +601,20 @@ def test_tma_config_tiles():
     def config(x, w, **args):
         return implicit_gemm.tma_config(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
-    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 4, tma=True)
+    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 3, tma=True)  # 3 CTAs an SM
     assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(256, 128, 64, 8, 3, tma=True)
     assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True, persistent=1)
-    assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 3, tma=True)
+    assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 64, 64, 4, 3, tma=True)  # 392 tiles
+    assert config((64, 28, 28, 128), (128, 3, 3, 128), padding=1) == Config(128, 128, 64, 4, 2, tma=True)  # one wave
+    assert config((64, 56, 56, 64), (256, 1, 1, 64)) == Config(128, 128, 64, 4, 2, tma=True)  # one reduction step
+    assert config((64, 32, 32, 256), (128, 4, 4, 256), stride=1, padding=2, input_dilation=2,
+                  flip=True) == Config(128, 128, 64, 8, 3, tma=True)  # long phases over many tiles
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
     assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels (_tap_fold)
     config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
     stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
-    assert (stem.block_m, stem.block_n, stem.block_k, stem.persistent) == (128, 64, 64, 2)
+    assert (stem.block_m, stem.block_n, stem.block_k, stem.num_stages, stem.persistent) == (128, 64, 64, 3, 0)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

@@ -266,9 +266,12 @@ def _measured_first(p: ConvProblem) -> str | None:
     the last axis, which the TMA kernel computes sharing each dy box across the 3 taps in 64 x
     64 tiles (r50_3x3_56 42.0 against 51.1 us; at 256 channels, in 128 x 64 tiles, 40.5
     against PyTorch's 37.0: PyTorch kept); small groups that do not pack (1.0-1.1x); forwards with
-    symmetric padding (r50, vae, conv3d, 1-D ones through a 2-D convolution: within 0-30%),
-    except with more than 128 output channels that 128 does not divide (SD UNet's 320 run on
-    the persistent TMA kernel: 97 against 110 us, fp16 98 against 107); the ungrouped input
+    symmetric padding (r50_3x3_56, r50_1x1_56, vae, conv3d, 1-D ones through a 2-D
+    convolution: within 0-15%), except with more than 128 output channels that 128 does not
+    divide (SD UNet's 320 run on the persistent TMA kernel: 97 against 110 us, fp16 98 against
+    107) and mid-sized ones whose TMA tiles run as one wave at 3 CTAs an SM
+    (implicit_gemm.one_wave: r50_3x3_14 26.6 against 31.7 us, r50_3x3_28 28.0 against 30.0,
+    r50_3x3_7 31.1 against 31.8); the ungrouped input
     gradients the TMA kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
     against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221; tiny ones too: the TMA
     kernel's input gradient copies the weight per call, so its launch is not bound once), but
@@ -332,7 +335,7 @@ def _measured_first(p: ConvProblem) -> str | None:
             return "native" if p.groups == 1 and not phases else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
         pytorch = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
-                   and not any(d > 1 for d in p.input_dilation))
+                   and not any(d > 1 for d in p.input_dilation) and not implicit_gemm.one_wave(p))
         return "native" if pytorch else None
     return None if implicit_gemm.default_config(p).packed else "native"
 

@@ -443,19 +443,28 @@ _SM_COUNT_H200 = 132  # the GPU the tiles were measured on
 
 def tma_config(p) -> Config:
     """The TMA path's tiles. The product is computed as [output channels, positions], so
-    block_n is wgmma's M (64 per warpgroup) and block_m its N. 128 positions x 128 channels on 8
-    warps, or x 64 channels on 4 warps, take about 90 registers and 96 KB of shared memory in
-    3-4 stages: two CTAs fit on an SM, so one's pipeline fill and epilogue overlap the other's
-    main loop (Triton 3.6's warp-specialised loop faults here: PERFORMANCE.md). Measured on
-    the H200 (tools/tma_sweep.py, bf16): 256 positions pay on long reductions over many positions
-    (vae_3x3_256 117 -> 115 us with 128 channels) and with channel counts that 128 does not
-    divide (unet_3x3_64, 320 channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not
-    give every SM one (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us). Those 256 x 64 tiles (one
-    warpgroup, one CTA per SM) run as one persistent program per SM, whose flattened loop
-    overlaps a tile's epilogue with the next tile's loads: unet_3x3_64 103 -> 95-97 us,
-    r50_3x3_7 34 -> 31 (the other tiles measured within 2% or slower that way). Reductions of
-    at most 256 run two persistent programs per SM: r50_stem_7x7s2 127 -> 117 us (its
-    space-to-depth problem: 256 = 4 row taps x 64), conv1d_k3_80 and r50_1x1_56 within 2%."""
+    block_n is wgmma's M (64 per warpgroup) and block_m its N. The kernel is not
+    warp-specialised (Triton 3.6's warp-specialised loop faults on Hopper: PERFORMANCE.md), so
+    a CTA's pipeline fill and epilogue overlap only other CTAs' main loops: the tiles are chosen
+    for CTAs per SM as much as for the tile's own rate. Measured on the H200 (tools/tma_sweep.py,
+    bf16):
+
+    - 128 positions x 64 channels on 4 warps in 3 stages (72 KB of shared memory: 3 CTAs an SM;
+      4 stages fit 2): r50_3x3_56 49.8 -> 46.0 us, the stem's space-to-depth problem 120 ->
+      102, convT_3x3s2 38.2 -> 34.9, conv3d_3x3x3 217 -> 212, input gradients alike.
+    - 128 x 128 on one warpgroup in 2 stages (64 KB, 3 CTAs an SM) where the reduction is short
+      (at most 256: one to four steps, the epilogue is most of a tile) or where 2 CTAs an SM
+      would take two waves and 3 take one: r50_1x1_56 56 -> 48.5 us, conv1d_k3_80 63 -> 58,
+      r50_3x3_28 (392 tiles) 34.1 -> 28.3. On long reductions over more tiles 2 stages starve
+      the loop (r50_3x3_14 29.5 -> 38.8): 8 warps in 3 stages there.
+    - 128 x 64 where 128 x 128 tiles would not give every SM two: r50_3x3_14 29.5 -> 26.9 us.
+    - 256 positions pay on long reductions over many positions (vae_3x3_256 117 -> 115 us with
+      128 channels) and with channel counts that 128 does not divide (unet_3x3_64, 320
+      channels: 138 -> 103 us with 64) or when 128 x 128 tiles would not give every SM one
+      (r50_3x3_7, 3136 x 512 outputs: 48 -> 33 us). Those 256 x 64 tiles (one warpgroup, one
+      CTA an SM) run as one persistent program per SM, whose flattened loop overlaps a tile's
+      epilogue with the next tile's loads: unet_3x3_64 103 -> 95-97 us, r50_3x3_7 34 -> 31
+      (other tiles: within 2% or slower that way)."""
     p = _stride1_problem(p)  # the tiles of the problem it runs as
     half = p.dtype != torch.float32
     M, _, K = p.gemm_mnk
@@ -464,14 +473,34 @@ def tma_config(p) -> Config:
     block_n = 64 if Og <= 64 or -(-Og // 128) * 128 > 1.25 * Og else 128
     block_k = _tma_block_k(p)
     block_m = 128
-    if half and Og > 64 and (Og % 128 or M * Og < _SM_COUNT_H200 * 128 * 128):
+    sms = _SM_COUNT_H200
+    if half and Og > 64 and (Og % 128 or M * Og < sms * 128 * 128):
         block_m, block_n = 256, 64
+    elif half and block_n == 128 and M * Og < 2 * sms * 128 * 128:
+        block_n = 64
     elif half and block_n == 128 and K >= 2048 and M >= 65536:
         block_m = 256
-    warps = 4 if block_n == 64 else 8
-    stages = 3 if block_n == 128 else 4
-    persistent = 1 if (block_m, block_n) == (256, 64) else 2 if K <= 256 else 0
-    return Config(block_m, block_n, block_k, warps, stages, tma=True, persistent=persistent)
+    tiles = _tile_count(p, block_m, block_n)
+    if (block_m, block_n) == (256, 64):
+        return Config(256, 64, block_k, 4, 4, tma=True, persistent=1)
+    if block_n == 64:
+        return Config(block_m, 64, block_k, 4, 3, tma=True)
+    if block_m == 128 and half and (K <= 256 or 2 * sms < tiles <= 3 * sms):
+        return Config(128, 128, block_k, 4, 2, tma=True)
+    return Config(block_m, 128, block_k, 8, 3, tma=True)
+
+
+def _tile_count(q, block_m: int, block_n: int) -> int:
+    """The output tiles of stride-1 problem ``q`` in block_m positions x block_n channels."""
+    return cdiv(q.gemm_mnk[0], block_m) * cdiv(q.o_per_group, block_n) * q.groups
+
+
+def one_wave(p) -> bool:
+    """Whether the TMA path's forward on ``p`` has at most 3 tiles an SM (one wave at 3 CTAs an
+    SM): the mid-sized layers, whose tiles ``tma_config`` picks for that and where the kernel
+    beats cuDNN (H200, bf16: r50_3x3_14 26.6 against 31.7 us, r50_3x3_28 28.0 against 30.0)."""
+    config = tma_config(p)
+    return _tile_count(_stride1_problem(p), config.block_m, config.block_n) <= 3 * _SM_COUNT_H200
 
 
 def _tma_block_k(p) -> int:
@@ -485,8 +514,8 @@ def _tma_block_k(p) -> int:
 
 
 # TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
-_TMA_TILES = ((128, 128, 8, 3), (128, 64, 4, 4), (256, 64, 4, 4), (256, 128, 8, 3), (128, 256, 8, 3),
-              (128, 128, 8, 4), (64, 128, 4, 4))
+_TMA_TILES = ((128, 128, 8, 3), (128, 128, 4, 2), (128, 64, 4, 3), (256, 64, 4, 4), (256, 128, 8, 3),
+              (128, 256, 8, 3), (128, 64, 4, 4), (64, 128, 4, 3))
 
 
 def tma_configs(p) -> list[Config]:
