@@ -99,19 +99,19 @@ def test_gpu_defaults(monkeypatch):
         ("same_pad_s2", "fwd"): "native", ("unet_3x3_64", "fwd"): "implicit_gemm",
         ("vae_3x3_256", "fwd"): "native", ("convT_4x4s2", "wgrad"): "native",
         ("r50_3x3_14", "fwd"): "implicit_gemm", ("r50_3x3_28", "fwd"): "implicit_gemm",  # one wave
-        ("r50_3x3_14", "dgrad"): "native", ("r50_1x1_56", "fwd"): "native",
+        ("r50_3x3_14", "dgrad"): "implicit_gemm", ("r50_1x1_56", "fwd"): "native",
     }
     for (name, pass_), algorithm in expected.items():
         p = cases[name].problem("cuda")
         q = p if pass_ == "fwd" else getattr(p, pass_)()
         assert planner._choose(q).name == algorithm, (name, pass_, planner._choose(q).reason)
     assert "PyTorch's convolution" in planner._choose(cases["grouped3x3_g32"].problem("cuda")).reason
-    # tiny problems, where the host's time per call decides: the TMA forward's bound launch;
-    # PyTorch's input gradient (the TMA one copies the weight per call) and grouped convolution
+    # tiny problems, where the host's time per call decides: the TMA kernel's bound launch
+    # (forward and input gradient); PyTorch's weight gradient and grouped convolution
     tiny = make_problem((1, 8, 8, 16), (16, 3, 3, 16), padding=1, dtype=torch.bfloat16, device="cuda")
     tiny_grouped = make_problem((1, 8, 8, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.bfloat16,
                                 device="cuda")
-    for q, algorithm in ((tiny, "implicit_gemm"), (tiny.dgrad(), "native"), (tiny.wgrad(), "native"),
+    for q, algorithm in ((tiny, "implicit_gemm"), (tiny.dgrad(), "implicit_gemm"), (tiny.wgrad(), "native"),
                          (tiny_grouped, "native"), (tiny_grouped.dgrad(), "native")):
         assert planner._choose(q).name == algorithm, (q, planner._choose(q).reason)
     # strided weight gradients: PyTorch's with symmetric padding (native._high_padding), though the
@@ -382,6 +382,23 @@ def test_tma_path_persistent(x_shape, w_shape, args, monkeypatch):
         _check_tma(p, replace(config, persistent=2), monkeypatch)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_tma_input_gradient_reads_the_forward_weight_transposed(groups, monkeypatch):
+    """The input gradient's weight is the forward's with O and C swapped: its boxes are read
+    from the forward's weight as [C, O] and transposed in the kernel (W_T), with no copy, so its
+    launch binds once (prepare)."""
+    from ndconv.algorithms.triton_support import meta_views
+
+    p = _problem_for_tma((2, 5, 7, 64), (32, 3, 3, 64 // groups), dict(padding=1, groups=groups),
+                         torch.bfloat16, "dgrad")
+    (_, _, meta), _ = implicit_gemm._tma_launch(p, *meta_views(p), TMA_CONFIGS[0])
+    assert meta["W_T"]
+    _check_tma(p, TMA_CONFIGS[0], monkeypatch)
+    call = implicit_gemm.prepare(p, TMA_CONFIGS[0])
+    a, b = testing.random_operands(p, 3)
+    testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
 TMA_FOLD_CASES = [  # strided problems, folded into stride-1 ones over a free view of the input
     pytest.param((2, 12, 16), (8, 3, 16), dict(stride=2, padding=1), id="1d_k3s2"),
     pytest.param((2, 15, 8), (8, 4, 8), dict(stride=3, padding=([2], [1])), id="1d_k4s3_asym"),
@@ -391,6 +408,13 @@ TMA_FOLD_CASES = [  # strided problems, folded into stride-1 ones over a free vi
     pytest.param((2, 6, 8, 16), (8, 3, 3, 16), dict(stride=(1, 2), padding=1), id="stride_1x2"),
     pytest.param((1, 3, 4, 8, 8), (8, 3, 3, 3, 8), dict(stride=(1, 1, 2), padding=1), id="3d_last_axis_strided"),
     pytest.param((2, 16, 16), (8, 3, 16), dict(stride=4, padding=([0], [1])), id="1d_k3s4_one_folded_tap"),
+    # strided axes before the last step their rows (box side 1 along them)
+    pytest.param((2, 9, 8, 16), (16, 3, 3, 16), dict(stride=2, padding=1), id="3x3s2_rows_stepped"),
+    pytest.param((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), id="4x4s2_asym"),
+    pytest.param((1, 11, 6, 16), (8, 3, 1, 16), dict(stride=(3, 2), padding=([2, 0], [-1, 0]),
+                                                    kernel_dilation=(2, 1), flip=True), id="rows_dilated_flip"),
+    pytest.param((2, 6, 9, 8, 16), (8, 3, 3, 3, 16), dict(stride=2, padding=1), id="3d_rows_stepped"),
+    pytest.param((2, 7, 8, 16), (16, 1, 1, 16), dict(stride=2, padding=([1, 0], [0, 0])), id="1x1s2_padded_rows"),
 ]
 
 
@@ -412,7 +436,7 @@ def test_folded_taps_skip_the_channels_of_zero_weights(x_shape, w_shape, args, l
     (conv1d_k3s2_768: 36 steps of 64 channels, not 48); the result still matches the reference."""
     seen = []
     real = implicit_gemm._run_tma
-    monkeypatch.setattr(implicit_gemm, "_run_tma", lambda *a: seen.append(a[-1]) or real(*a))
+    monkeypatch.setattr(implicit_gemm, "_run_tma", lambda *a: seen.append(a[5]) or real(*a))
     p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16)
     report = testing.check("implicit_gemm", p, seed=5, config=TMA_CONFIGS[0])
     assert seen == [last_taps] and report.ok, (seen, report)
@@ -545,10 +569,16 @@ def test_fold_refusals():
         return implicit_gemm.fold_reason(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     assert "groups" in reason((1, 8, 8, 32), (32, 3, 3, 16), stride=2, groups=2)
-    assert "only the last axis" in reason((64, 56, 56, 16), (64, 3, 3, 16), stride=2, padding=1)
+    assert "16-byte" in reason((64, 56, 56, 6), (64, 3, 3, 6), stride=2, padding=1)
     assert "divisible" in reason((1, 9, 16), (16, 3, 16), stride=2)
     assert "16-byte" in reason((1, 8, 6), (16, 3, 6), stride=2)
     assert "padding" in reason((1, 8, 8, 16), (16, 1, 1, 16), stride=2, padding=1)
+    rows = make_problem((64, 64, 64, 128), (256, 4, 4, 128), dtype=torch.bfloat16, device="cpu", stride=2, padding=1)
+    fold = implicit_gemm._fold(rows)  # convT_4x4s2's input gradient: rows stepped, columns folded
+    assert fold.axes == (("row", 2), ("fold", 2, 1, 3)) and fold.row_steps == (2, 1)
+    assert fold.q.x_shape == (64, 64, 32, 256) and fold.q.out_spatial == (32, 32)
+    assert implicit_gemm.tma_route(rows) == (" over a view folding the stride into the channels, "
+                                             "stepping rows by the stride")
     p = make_problem((16, 3000, 768), (768, 3, 768), dtype=torch.bfloat16, device="cpu", stride=2, padding=1)
     assert implicit_gemm.tma_route(p) == " over a view folding the stride into the channels"
     fold = implicit_gemm._fold(p)
@@ -577,7 +607,7 @@ def test_tma_reasons():
         return implicit_gemm.tma_reason(make_problem(x, w, dtype=dtype, device="cpu", **args))
 
     assert reason((1, 8, 8, 16), (8, 3, 3, 16), padding=1) is None
-    assert "only the last axis" in reason((1, 8, 8, 16), (8, 3, 3, 16), stride=2)
+    assert reason((1, 8, 8, 16), (8, 3, 3, 16), stride=2) is None  # rows stepped, columns folded
     assert reason((1, 8, 16), (8, 3, 16), stride=2) is None  # folded into 32 channels (_fold)
     assert "groups" in reason((1, 8, 8, 32), (32, 3, 3, 16), stride=2, groups=2)
     assert reason((1, 8, 8, 16), (8, 3, 3, 16), input_dilation=2) is None  # per output phase

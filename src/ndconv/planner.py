@@ -270,12 +270,12 @@ def _measured_first(p: ConvProblem) -> str | None:
     convolution: within 0-15%), except with more than 128 output channels that 128 does not
     divide (SD UNet's 320 run on the persistent TMA kernel: 97 against 110 us, fp16 98 against
     107) and mid-sized ones whose TMA tiles run as one wave at 3 CTAs an SM
-    (implicit_gemm.one_wave: r50_3x3_14 26.6 against 31.7 us, r50_3x3_28 28.0 against 30.0,
-    r50_3x3_7 31.1 against 31.8); the ungrouped input
-    gradients the TMA kernel takes, through cuDNN's backward-data kernels (native.forward_of_dgrad: r50_3x3_56 40
-    against 53 us, r50_3x3_14 31 against 37, conv3d 200 against 221; tiny ones too: the TMA
-    kernel's input gradient copies the weight per call, so its launch is not bound once), but
-    not those of strided convolutions over several taps, which the TMA kernel runs over output
+    (implicit_gemm.one_wave: r50_3x3_14 26.6 against 31.7 us, r50_3x3_28 28.0 against 30.0);
+    the ungrouped input gradients the TMA kernel takes, through cuDNN's backward-data kernels
+    (native.forward_of_dgrad: r50_3x3_56 40 against 45.5 us, r50_1x1_56 38 against 36, conv3d
+    199 against 213), but not one-wave ones (r50_3x3_14 26.4 against 31.4), tiny ones (the
+    TMA kernel reads the forward's weight transposed, no copy, so its launch binds once) nor
+    those of strided convolutions over several taps, which the TMA kernel runs over output
     phases (r50's 3x3 stride 2 at 56x56 49 against 69 us, at 28x28 39 against 51, ConvNeXt's
     2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
     not 1x1 ones, 108 against 109 and 73 against 69, nor r50's at 14x14, 55 against 44); and
@@ -329,13 +329,15 @@ def _measured_first(p: ConvProblem) -> str | None:
     if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
-        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), tiny ones too,
-            # but a strided convolution's (input-dilated) over several taps: the TMA kernel's phases
-            phases = any(d > 1 for d in p.input_dilation) and p.kernel != (1,) * p.ndim and not _host_bound(p)
-            return "native" if p.groups == 1 and not phases else None
+        if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), but a
+            # strided convolution's (input-dilated) over several taps (the TMA kernel's phases),
+            # one-wave layers' and tiny ones (the TMA kernel's bound launch)
+            phases = any(d > 1 for d in p.input_dilation) and p.kernel != (1,) * p.ndim
+            ours = phases or _host_bound(p) or (implicit_gemm.one_wave(p) and not strided)
+            return "native" if p.groups == 1 and not ours else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
         pytorch = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
-                   and not any(d > 1 for d in p.input_dilation) and not implicit_gemm.one_wave(p))
+                   and not any(d > 1 for d in p.input_dilation) and not (implicit_gemm.one_wave(p) and not strided))
         return "native" if pytorch else None
     return None if implicit_gemm.default_config(p).packed else "native"
 

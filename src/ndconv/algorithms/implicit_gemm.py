@@ -407,9 +407,10 @@ def tma_reason(p) -> str | None:
 
 
 @lru_cache(maxsize=1024)
-def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int = 0):
+def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int = 0, rows=(False,) * 3):
     """The output box (batch, axis 1, axis 2, axis 3) of ``block_m`` positions (a search over
-    the boxes: a few hundred microseconds of host time, found once per shape).
+    the boxes: a few hundred microseconds of host time, found once per shape); side 1 on the
+    axes ``rows`` marks.
 
     Given ``box_h`` x ``box_w`` on the last two axes, the rest of block_m goes to axis 1, then to
     the batch. Else, of the boxes that waste at most 3% more positions than the best, the one
@@ -431,7 +432,8 @@ def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int =
             for b1 in pow2:
                 bb = block_m // (b3 * b2 * b1)
                 if bb < 1 or bb * b1 * b2 * b3 != block_m or any(
-                        b > _pow2_at_least(n, 1, TMA_BOX_MAX) for b, n in ((b1, so1), (b2, so2), (b3, so3))):
+                        b > (1 if row else _pow2_at_least(n, 1, TMA_BOX_MAX))
+                        for b, n, row in zip((b1, b2, b3), (so1, so2, so3), rows)):
                     continue
                 boxes.append((fit(batch, bb) * fit(so1, b1) * fit(so2, b2) * fit(so3, b3), (bb, b1, b2, b3)))
     best = max(f for f, _ in boxes)
@@ -496,11 +498,13 @@ def _tile_count(q, block_m: int, block_n: int) -> int:
 
 
 def one_wave(p) -> bool:
-    """Whether the TMA path's forward on ``p`` has at most 3 tiles an SM (one wave at 3 CTAs an
-    SM): the mid-sized layers, whose tiles ``tma_config`` picks for that and where the kernel
-    beats cuDNN (H200, bf16: r50_3x3_14 26.6 against 31.7 us, r50_3x3_28 28.0 against 30.0)."""
+    """Whether the TMA path's forward on ``p`` has more than 2 tiles an SM and at most 3 (one
+    wave at 3 CTAs an SM, two at 2): the mid-sized layers whose tiles ``tma_config`` picks for
+    that, where the kernel beats cuDNN (H200, bf16: r50_3x3_14 26.6-27.5 against 31.7-32.4 us,
+    r50_3x3_28 28.0 against 30.0-30.2; r50_3x3_7's 104 persistent tiles: 31-35 against 32)."""
     config = tma_config(p)
-    return _tile_count(_stride1_problem(p), config.block_m, config.block_n) <= 3 * _SM_COUNT_H200
+    tiles = _tile_count(_stride1_problem(p), config.block_m, config.block_n)
+    return 2 * _SM_COUNT_H200 < tiles <= 3 * _SM_COUNT_H200
 
 
 def _tma_block_k(p) -> int:
@@ -572,13 +576,14 @@ def tma_runner(p):
     return _run_tap_folded if _tap_fold(p) is not None else _run_tma
 
 
-def _run_tma(p, x, w, out, config: Config, last_taps=None) -> bool:
+def _run_tma(p, x, w, out, config: Config, last_taps=None, row_steps=None) -> bool:
     """The TMA kernel on x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og]; False
     (nothing launched) when these tensors do not meet TMA's rules. ``last_taps``: the channels
-    (lo, hi) that the last axis's first and last taps reduce over (_tma_launch)."""
+    (lo, hi) that the last axis's first and last taps reduce over; ``row_steps``: the input row
+    step per output row on each axis (_tma_launch)."""
     from .implicit_gemm_kernels import conv_fwd_tma_kernel
 
-    launch, empty = _tma_launch(p, x, w, out, config, last_taps)
+    launch, empty = _tma_launch(p, x, w, out, config, last_taps, row_steps)
     if launch is None:
         return False
     for index in empty:  # outputs that no tap reaches are zero
@@ -588,14 +593,16 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None) -> bool:
     return True
 
 
-def _tma_launch(p, x, w, out, config: Config, last_taps=None):
+def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
     copy of w), or None when these tensors do not meet TMA's rules or no tap reaches any
     output; and the index of each output slice that no tap reaches (as _forward_launch's: the
     caller zeroes them; e.g. the input gradient of a 1x1 stride-2 convolution, 3 of whose 4
     output phases are zero). ``last_taps`` = (lo, hi): the last axis's first tap
     reduces over channels lo.. only and its last tap over ..hi (one phase; the rest of their
-    channels meet zero weights), widened to whole reduction steps."""
+    channels meet zero weights), widened to whole reduction steps. ``row_steps`` (per axis,
+    before the last): output row j of such an axis reads input rows step*j + t*kd - lo (a Fold's
+    "row" axes; the tiles hold one output row along them)."""
     if any(s > 1 for s in p.stride) or tma_reason(p) is not None:  # strided: folded first (_run_folded)
         return None, ()
     D, G, Cg, Og = p.ndim, p.groups, p.c_per_group, p.o_per_group
@@ -605,8 +612,11 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None):
         return None, ()  # a 128-byte swizzle row at most; a channel block never straddles groups
     if x.stride(-1) != 1 or (G > 1 and x.stride(-2) != Cg):
         return None, ()
-    if w.stride(-1) != 1 or (G > 1 and w.stride(0) != Og * w.stride(1)):
-        w = w.contiguous()  # the input gradient's weight view (O and C swapped): a small copy
+    # the weight as boxes of [output, input] channels, or (the input gradient's view of the
+    # forward's weight, O and C swapped: w_t) of [input, output] channels, transposed in the kernel
+    w_t = w.stride(1) == 1 and w.stride(-1) != 1 and (G == 1 or w.stride(0) == Cg * w.stride(-1))
+    if not w_t and (w.stride(-1) != 1 or (G > 1 and w.stride(0) != Og * w.stride(1))):
+        w = w.contiguous()
     N = p.batch
     S, SO = pad3(p.in_spatial, 1), pad3(p.out_spatial, 1)
     K, KD, ID, LO = pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.input_dilation, 1), pad3(p.padding_lo, 0)
@@ -626,13 +636,17 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None):
     if table is None:
         return None, empty
     Q = tuple(cdiv(so, i) for so, i in zip(SO, ID))  # the most rows of a phase, per axis
-    bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, config.box_h, config.box_w)
+    ST = pad3(row_steps or (1,) * D, 1)
+    if any(s > 1 for s in ST):  # one output row per tile along the axes that step rows
+        bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, rows=tuple(s > 1 for s in ST))
+    else:
+        bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, config.box_h, config.box_w)
     if max(bb, b1, b2, b3) > TMA_BOX_MAX:
         return None, ()
-    w_shape = [*K, G * Og, Cg]
-    w_strides = [*spatial_strides(w, 2, D), w.stride(1), 1]
+    w_shape = [*K, G * Cg, Og] if w_t else [*K, G * Og, Cg]
+    w_strides = [*spatial_strides(w, 2, D), w.stride(-1) if w_t else w.stride(1), 1]
     x_desc = _descriptor(x, x_shape, x_strides, [bb, b1, b2, b3, bk])
-    w_desc = _descriptor(w, w_shape, w_strides, [1, 1, 1, bn, bk])
+    w_desc = _descriptor(w, w_shape, w_strides, [1, 1, 1, bk, bn] if w_t else [1, 1, 1, bn, bk])
     if x_desc is None or w_desc is None:
         return None, ()
     y_desc = None  # one phase: the output box in one TMA store, where no box crosses into another group
@@ -647,10 +661,10 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None):
     US = tuple(math.lcm(kd, i) // i for kd, i in zip(KD, ID))  # input step per phase tap
     lo, hi = last_taps or (0, Cg)
     lo, hi = lo // bk * bk, min(Cg, cdiv(hi, bk) * bk)
-    args = (x_desc, w_desc, y_desc or out, table, N, G, Cg, Og, nphase, *Q, *K, *ID, *PT, *US,
+    args = (x_desc, w_desc, y_desc or out, table, N, G, Cg, Og, nphase, *Q, *K, *ID, *PT, *US, ST[0], ST[1],
             *y_strides, out.stride(-2), out.stride(-1), lo, hi)
     meta = dict(
-        FLIP=p.flip, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
+        FLIP=p.flip, W_T=w_t, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=config.persistent > 0,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -939,13 +953,22 @@ class Fold:
     rearranged to match (taps past the kernel are zero; a small copy per call). The kernel skips
     the reduction steps of the first and last folded taps whose row phases meet only those
     zeros (conv1d_k3s2_768: 36 steps of 64 channels instead of 48, 183.6 -> 149.3 us on the
-    H200). On an axis with
-    a single tap the view just steps by s. Other strided axes would need a phase axis of their
-    own: measured slower than the gather kernel on the H200 (r50_stem_7x7s2 510 against 295 us,
-    same_pad_s2 81 against 38, convT_4x4s2's input gradient 209 against 153), so not folded."""
+    H200). On an axis with a single tap and no padding the view just steps by s. Any other
+    strided axis before the last keeps its taps and steps its rows: the kernel's tiles hold one
+    output row along it (box side 1), whose input rows s*j + t*kd - lo are each one TMA box
+    coordinate, so no zero tap is multiplied (``q`` has that axis at stride 1 over the real input,
+    its high padding set to give the real output size; the kernel scales the output row by s).
+    A phase axis instead (the input viewed [S/s, s, ...], a dense kernel over it) multiplied
+    zero taps: measured slower than the gather kernel on the H200 (convT_4x4s2's input gradient
+    209 against 153 us)."""
 
-    q: object  # the stride-1 ConvProblem
-    axes: tuple  # per axis: ("fold", s, e, K') | ("step", s, offset) | ("keep",)
+    q: object  # the stride-1 ConvProblem (its "row" axes scaled by the stride in the kernel)
+    axes: tuple  # per axis: ("fold", s, e, K') | ("step", s, offset) | ("row", s) | ("keep",)
+
+    @property
+    def row_steps(self) -> tuple:
+        """The input row step per output row on each axis (the stride on "row" axes, else 1)."""
+        return tuple(a[1] if a[0] == "row" else 1 for a in self.axes)
 
 
 def fold_reason(p) -> str | None:
@@ -993,18 +1016,24 @@ def _fold(p):
             lo.append(l)
             hi.append(p.padding_hi[d])
             kdil.append(kd)
-        elif k == 1:  # one tap: output j reads s*j - lo, a view stepping by s from -lo
-            if l > 0:
-                return "a one-tap strided axis with padding"
+        elif k == 1 and l <= 0:  # one tap: output j reads s*j - lo, a view stepping by s from -lo
             axes.append(("step", s, -l))
             x_shape.append(so)
             w_shape.append(1)
             lo.append(0)
             hi.append(0)
             kdil.append(1)
-        elif d < D - 1:
-            return ("only the last axis folds (another strided axis would need a phase axis, "
-                    "measured slower than the gather kernel)")
+        elif d < D - 1:  # its rows step by s in the kernel; stride 1 over the real input here
+            if C <= SPACE_TO_DEPTH_MAX_CHANNELS:
+                return "stems (few input channels) take a space-to-depth copy, measured faster"
+            axes.append(("row", s))
+            x_shape.append(S)
+            w_shape.append(k)
+            lo.append(l)
+            hi.append(so - S - l + (k - 1) * kd)
+            kdil.append(kd)
+        elif k == 1:
+            return "a one-tap strided last axis with padding"
         elif kd != 1 or S % s or (s * C * esize) % 16:
             return (f"folding the last axis needs kernel dilation 1, a side divisible by the stride "
                     f"and 16-byte rows of stride x channels (kdil {kd}, side {S}, stride {s}, C {C})")
@@ -1049,7 +1078,7 @@ def _run_folded(p, x, w, out, config: Config) -> bool:
     if fold.axes[-1][0] == "fold":  # the folded taps' row phases past the kernel meet zero weights: skipped
         _, s, e, kf = fold.axes[-1]
         last_taps = (e * C, min(s, e + p.kernel[-1] - s * (kf - 1)) * C)
-    return _run_tma(q, *q.views(x.view(q.x_shape), wp.view(q.w_shape), out), config, last_taps)
+    return _run_tma(q, *q.views(x.view(q.x_shape), wp.view(q.w_shape), out), config, last_taps, fold.row_steps)
 
 
 # ------------------------------------- stride 1: the last axis's taps folded into the reduction
@@ -1121,7 +1150,11 @@ def tma_route(p) -> str:
         n = len(_wgrad_phases(p))
         return f" in {n} stride-1 phase{'s' if n > 1 else ''} over views of the operands"
     if runner is _run_folded:
-        return " over a view folding the stride into the channels"
+        fold = _fold(p)
+        folds = any(a[0] in ("fold", "step") for a in fold.axes)
+        parts = ["folding the stride into the channels"] if folds else []
+        parts += ["stepping rows by the stride"] if any(a[0] == "row" for a in fold.axes) else []
+        return " over a view " + ", ".join(parts)
     if runner is _run_space_to_depth:
         return " over a space-to-depth copy of the input" + (taps if _tap_fold(_space_to_depth(p)) else "")
     return taps + " (a padded copy)" if runner is _run_tap_folded else ""

@@ -237,9 +237,9 @@ def conv_wgrad_kernel(
 def conv_fwd_tma_kernel(
     x_desc, w_desc, y, phase_ptr,
     N, G, CG, OG, NPHASE,
-    Q1, Q2, Q3, K1, K2, K3, PJ1, PJ2, PJ3, PT1, PT2, PT3, US1, US2, US3,
+    Q1, Q2, Q3, K1, K2, K3, PJ1, PJ2, PJ3, PT1, PT2, PT3, US1, US2, US3, ST1, ST2,
     syn, sy1, sy2, sy3, syg, syo, C3_LO, C3_HI,
-    FLIP: tl.constexpr, Y_TMA: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr,
+    FLIP: tl.constexpr, W_T: tl.constexpr, Y_TMA: tl.constexpr, INT64: tl.constexpr, PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PERSISTENT: tl.constexpr,
@@ -252,7 +252,9 @@ def conv_fwd_tma_kernel(
     S3, C] (descriptor ``x_desc``, box [BB, B1, B2, B3, BLOCK_K]); the hardware fills what falls
     outside the input with zeros, which is the padding (and cropping is a shift), so there are
     no masks and no address arithmetic per element. ``w_desc`` is the weight as [K1, K2, K3,
-    G*OG, CG] (box [1, 1, 1, BLOCK_N, BLOCK_K]). The product is computed transposed,
+    G*OG, CG] (box [1, 1, 1, BLOCK_N, BLOCK_K]), or (W_T: an input gradient's view of the
+    forward's weight, not copied) [K1, K2, K3, G*CG, OG] (box [1, 1, 1, BLOCK_K, BLOCK_N],
+    transposed in shared memory). The product is computed transposed,
     acc[o, m] = w[o, :] . x[m, :], so that the box (reshaped to [BB*B1*B2*B3, BLOCK_K], a free
     view of shared memory) is wgmma's B operand, which Triton takes from shared memory through
     reshapes, where it would load an A operand into registers. Q1..Q3: the most rows any phase
@@ -261,7 +263,8 @@ def conv_fwd_tma_kernel(
     edges by the hardware); else ``y`` is a pointer and rows j = r + PJ*q are stored with masks.
     The first tap of the last axis reduces over channels C3_LO.. and its last tap over ..C3_HI
     (multiples of BLOCK_K; 0 and CG but for a folded stride, whose outer taps hold zero weights
-    for part of their channels: those steps are skipped).
+    for part of their channels: those steps are skipped). ST1, ST2: the input row step per
+    output row on axes 1 and 2 (1 but for a strided axis, where the box has side 1).
 
     Tiles are numbered (group and phase, position box, output-channel tile), the last fastest:
     a tile's output-channel tiles share its x boxes in L2. The grid has one program per tile,
@@ -297,12 +300,16 @@ def conv_fwd_tma_kernel(
         row_steps = NT3 * tl.cdiv(CG, BLOCK_K) - C3_LO // BLOCK_K - tl.cdiv(CG - C3_HI, BLOCK_K)
         steps = tl.where(live, NT1 * NT2 * row_steps, 0)
         for kk in range(steps):
-            a = x_desc.load([b0, A1 + q1 + u1 * US1, A2 + q2 + u2 * US2, A3 + q3 + u3 * US3, c_base + c0])
+            a = x_desc.load([b0, A1 + ST1 * q1 + u1 * US1, A2 + ST2 * q2 + u2 * US2, A3 + q3 + u3 * US3,
+                             c_base + c0])
             a = a.reshape(BLOCK_M, BLOCK_K)  # [BLOCK_M, BLOCK_K]
             t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
             t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
-            b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
+            if W_T:
+                b = tl.trans(w_desc.load([t1, t2, t3, c_base + c0, o0 - g * OG]).reshape(BLOCK_K, BLOCK_N))
+            else:
+                b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
             acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
             c0, u3 = _carry(c0 + BLOCK_K, u3, tl.where(u3 == NT3 - 1, C3_HI, CG))
             c0 = tl.where(u3 == NT3, C3_LO, c0)  # a new kernel row starts at its first tap's range
