@@ -106,12 +106,12 @@ def test_gpu_defaults(monkeypatch):
         q = p if pass_ == "fwd" else getattr(p, pass_)()
         assert planner._choose(q).name == algorithm, (name, pass_, planner._choose(q).reason)
     assert "PyTorch's convolution" in planner._choose(cases["grouped3x3_g32"].problem("cuda")).reason
-    # tiny problems, where the host's time per call decides: the TMA kernel's bound launch
-    # (forward and input gradient); PyTorch's weight gradient and grouped convolution
+    # tiny problems, where the host's time per call decides: the TMA forward's bound launch;
+    # PyTorch's gradients (one convolution_backward for both) and grouped convolution
     tiny = make_problem((1, 8, 8, 16), (16, 3, 3, 16), padding=1, dtype=torch.bfloat16, device="cuda")
     tiny_grouped = make_problem((1, 8, 8, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.bfloat16,
                                 device="cuda")
-    for q, algorithm in ((tiny, "implicit_gemm"), (tiny.dgrad(), "implicit_gemm"), (tiny.wgrad(), "native"),
+    for q, algorithm in ((tiny, "implicit_gemm"), (tiny.dgrad(), "native"), (tiny.wgrad(), "native"),
                          (tiny_grouped, "native"), (tiny_grouped.dgrad(), "native")):
         assert planner._choose(q).name == algorithm, (q, planner._choose(q).reason)
     # strided weight gradients: PyTorch's with symmetric padding (native._high_padding), though the

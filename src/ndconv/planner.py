@@ -273,8 +273,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     (implicit_gemm.one_wave: r50_3x3_14 26.6 against 31.7 us, r50_3x3_28 28.0 against 30.0);
     the ungrouped input gradients the TMA kernel takes, through cuDNN's backward-data kernels
     (native.forward_of_dgrad: r50_3x3_56 40 against 45.5 us, r50_1x1_56 38 against 36, conv3d
-    199 against 213), but not one-wave ones (r50_3x3_14 26.4 against 31.4), tiny ones (the
-    TMA kernel reads the forward's weight transposed, no copy, so its launch binds once) nor
+    199 against 213; tiny ones too, which autograd then issues as one convolution_backward
+    with the weight gradient), but not one-wave ones (r50_3x3_14 26.4 against 31.4) nor
     those of strided convolutions over several taps, which the TMA kernel runs over output
     phases (r50's 3x3 stride 2 at 56x56 49 against 69 us, at 28x28 39 against 51, ConvNeXt's
     2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
@@ -330,10 +330,10 @@ def _measured_first(p: ConvProblem) -> str | None:
         return None
     if implicit_gemm.tma_reason(p) is None:
         if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), but a
-            # strided convolution's (input-dilated) over several taps (the TMA kernel's phases),
-            # one-wave layers' and tiny ones (the TMA kernel's bound launch)
+            # strided convolution's (input-dilated) over several taps (the TMA kernel's phases) and
+            # one-wave layers'; tiny ones too, as one convolution_backward with the weight gradient
             phases = any(d > 1 for d in p.input_dilation) and p.kernel != (1,) * p.ndim
-            ours = phases or _host_bound(p) or (implicit_gemm.one_wave(p) and not strided)
+            ours = not _host_bound(p) and (phases or (implicit_gemm.one_wave(p) and not strided))
             return "native" if p.groups == 1 and not ours else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
         pytorch = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged

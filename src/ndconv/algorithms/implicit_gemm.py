@@ -594,8 +594,9 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None, row_steps=None) -> bo
 
 
 def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
-    """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, or a
-    copy of w), or None when these tensors do not meet TMA's rules or no tap reaches any
+    """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, read
+    transposed where w is an input gradient's view of the forward's weight, else a copy of w
+    where its channels are not unit-stride), or None when these tensors do not meet TMA's rules or no tap reaches any
     output; and the index of each output slice that no tap reaches (as _forward_launch's: the
     caller zeroes them; e.g. the input gradient of a 1x1 stride-2 convolution, 3 of whose 4
     output phases are zero). ``last_taps`` = (lo, hi): the last axis's first tap
