@@ -426,6 +426,26 @@ def test_tma_path_folds_strided_problems(x_shape, w_shape, args, monkeypatch):
         _check_tma(p, config, monkeypatch, "_run_folded", seed=4)
 
 
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+def test_prepared_folded_call_binds_the_launch(pass_):
+    """A strided problem's prepared call (the weight rearranged per call, the launch bound once)
+    equals run's result bitwise and the reference, call after call; an unaligned input takes run."""
+    p = _problem_for_tma((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), torch.bfloat16)
+    if pass_ == "dgrad":  # a transposed convolution's input gradient: a strided forward
+        p = _problem_for_tma((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True),
+                             torch.bfloat16, "dgrad")
+    assert implicit_gemm.tma_runner(p) is implicit_gemm._run_folded
+    call = implicit_gemm.prepare(p, TMA_CONFIGS[0])
+    for seed in (1, 2):
+        a, b = testing.random_operands(p, seed)
+        got = call(a, b)
+        assert torch.equal(got, testing.run_algorithm("implicit_gemm", p, a, b, TMA_CONFIGS[0]))
+        testing.assert_close(got, testing.reference_result(p, a, b), testing.tolerance(p))
+    shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
+    shifted.copy_(a)
+    testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
 @pytest.mark.parametrize("x_shape,w_shape,args,last_taps", [
     ((2, 12, 16), (8, 3, 16), dict(stride=2, padding=1), (16, 32)),  # first folded tap: phase 1 only
     ((2, 15, 8), (8, 4, 8), dict(stride=3, padding=([2], [1])), (8, 16)),  # last folded tap: phases 0-1

@@ -226,6 +226,8 @@ def prepare(p, config: Config):
         return allocating(p, BoundLaunch(conv_fwd_kernel, *launch, operands=views))
     if tma_runner(p) in (_run_space_to_depth, _run_tap_folded):  # copies first
         return _prepare_copying(p, config)
+    if tma_runner(p) is _run_folded:
+        return _prepare_folded(p, config)
     launch, empty = _tma_launch(p, *views, config)
     if launch is None or empty or launch[1][1].base is not views[1]:  # not TMA, zeros, or the weight copied
         return None
@@ -1063,6 +1065,13 @@ def _run_folded(p, x, w, out, config: Config) -> bool:
     fold = _fold(p)
     if isinstance(fold, str):
         return False
+    q, views, last_taps = _folded_operands(p, fold, x, w, out)
+    return _run_tma(q, *views, config, last_taps, fold.row_steps)
+
+
+def _folded_operands(p, fold: Fold, x, w, out):
+    """(q, q's grouped views of x, of the rearranged weight (a new tensor) and of out,
+    last_taps) of strided ``p``'s views as its Fold's problem."""
     x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
     C, q = p.in_channels, fold.q
     if fold.axes[-1][0] == "fold" and not (x.stride(-1) == 1 and x.stride(-2) == C):
@@ -1079,7 +1088,32 @@ def _run_folded(p, x, w, out, config: Config) -> bool:
     if fold.axes[-1][0] == "fold":  # the folded taps' row phases past the kernel meet zero weights: skipped
         _, s, e, kf = fold.axes[-1]
         last_taps = (e * C, min(s, e + p.kernel[-1] - s * (kf - 1)) * C)
-    return _run_tma(q, *q.views(x.view(q.x_shape), wp.view(q.w_shape), out), config, last_taps, fold.row_steps)
+    return q, q.views(x.view(q.x_shape), wp.view(q.w_shape), out), last_taps
+
+
+def _prepare_folded(p, config: Config):
+    """The prepared call of a strided problem over its Fold's view: the weight rearranged per
+    call (two small torch ops), the kernel's launch bound once (through Triton's generic launch
+    and descriptors made per call, convT_4x4s2's input gradient cost 255-277 µs of host time
+    per call for 115 on the GPU). None where ``run`` must do it."""
+    from .implicit_gemm_kernels import conv_fwd_tma_kernel
+
+    fold, views = _fold(p), meta_views(p)
+    if isinstance(fold, str) or views is None:
+        return None
+    q, q_views, last_taps = _folded_operands(p, fold, *views)
+    launch, empty = _tma_launch(q, *q_views, config, last_taps, fold.row_steps)
+    if launch is None or empty or launch[1][1].base is not q_views[1]:
+        return None
+    bound = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=q_views)
+
+    def tma_or_gather(a, b, out):
+        _, operands, _ = _folded_operands(p, fold, *p.views(a, b, out))
+        if operands[0].data_ptr() % 16 or operands[1].data_ptr() % 16:  # TMA's rule: run's other paths
+            run(p, *p.views(a, b, out), config)
+        else:
+            bound(*operands)
+    return allocating(p, tma_or_gather)
 
 
 # ------------------------------------- stride 1: the last axis's taps folded into the reduction
