@@ -329,15 +329,16 @@ def _measured_first(p: ConvProblem) -> str | None:
     if strided and implicit_gemm.takes_space_to_depth(p):  # stems
         return None
     if implicit_gemm.tma_reason(p) is None:
+        one_wave = not strided and implicit_gemm.one_wave(p)
         if p.pass_ == "dgrad":  # cuDNN's backward-data kernels (native.forward_of_dgrad), but a
             # strided convolution's (input-dilated) over several taps (the TMA kernel's phases) and
             # one-wave layers'; tiny ones too, as one convolution_backward with the weight gradient
             phases = any(d > 1 for d in p.input_dilation) and p.kernel != (1,) * p.ndim
-            ours = not _host_bound(p) and (phases or (implicit_gemm.one_wave(p) and not strided))
+            ours = not _host_bound(p) and (phases or one_wave)
             return "native" if p.groups == 1 and not ours else None
         ragged = p.o_per_group > 128 and p.o_per_group % 128  # e.g. 320 output channels
         pytorch = (p.pass_ == "fwd" and not asymmetric and not _host_bound(p) and not ragged
-                   and not any(d > 1 for d in p.input_dilation) and not (implicit_gemm.one_wave(p) and not strided))
+                   and not any(d > 1 for d in p.input_dilation) and not one_wave)
         return "native" if pytorch else None
     return None if implicit_gemm.default_config(p).packed else "native"
 

@@ -484,12 +484,11 @@ def tma_config(p) -> Config:
         block_n = 64
     elif half and block_n == 128 and K >= 2048 and M >= 65536:
         block_m = 256
-    tiles = _tile_count(p, block_m, block_n)
     if (block_m, block_n) == (256, 64):
         return Config(256, 64, block_k, 4, 4, tma=True, persistent=1)
     if block_n == 64:
         return Config(block_m, 64, block_k, 4, 3, tma=True)
-    if block_m == 128 and half and (K <= 256 or 2 * sms < tiles <= 3 * sms):
+    if block_m == 128 and half and (K <= 256 or 2 * sms < _tile_count(p, 128, 128) <= 3 * sms):
         return Config(128, 128, block_k, 4, 2, tma=True)
     return Config(block_m, 128, block_k, 8, 3, tma=True)
 
@@ -598,8 +597,8 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None, row_steps=None) -> bo
 def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, read
     transposed where w is an input gradient's view of the forward's weight, else a copy of w
-    where its channels are not unit-stride), or None when these tensors do not meet TMA's rules or no tap reaches any
-    output; and the index of each output slice that no tap reaches (as _forward_launch's: the
+    where its channels are not unit-stride), or None when these tensors do not meet TMA's rules
+    or no tap reaches any output; and the index of each output slice that no tap reaches (as _forward_launch's: the
     caller zeroes them; e.g. the input gradient of a 1x1 stride-2 convolution, 3 of whose 4
     output phases are zero). ``last_taps`` = (lo, hi): the last axis's first tap
     reduces over channels lo.. only and its last tap over ..hi (one phase; the rest of their
@@ -640,10 +639,9 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
         return None, empty
     Q = tuple(cdiv(so, i) for so, i in zip(SO, ID))  # the most rows of a phase, per axis
     ST = pad3(row_steps or (1,) * D, 1)
-    if any(s > 1 for s in ST):  # one output row per tile along the axes that step rows
-        bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, rows=tuple(s > 1 for s in ST))
-    else:
-        bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, config.box_h, config.box_w)
+    rows = tuple(s > 1 for s in ST)  # one output row per tile along the axes that step rows
+    box_hw = (0, 0) if any(rows) else (config.box_h, config.box_w)
+    bb, b1, b2, b3 = _tma_box(Q, N, config.block_m, *box_hw, rows=rows)
     if max(bb, b1, b2, b3) > TMA_BOX_MAX:
         return None, ()
     w_shape = [*K, G * Cg, Og] if w_t else [*K, G * Og, Cg]
@@ -1093,7 +1091,7 @@ def _folded_operands(p, fold: Fold, x, w, out):
 
 def _prepare_folded(p, config: Config):
     """The prepared call of a strided problem over its Fold's view: the weight rearranged per
-    call (two small torch ops), the kernel's launch bound once (through Triton's generic launch
+    call (a few small torch ops), the kernel's launch bound once (through Triton's generic launch
     and descriptors made per call, convT_4x4s2's input gradient cost 255-277 µs of host time
     per call for 115 on the GPU). None where ``run`` must do it."""
     from .implicit_gemm_kernels import conv_fwd_tma_kernel

@@ -307,7 +307,7 @@ def conv_fwd_tma_kernel(
             t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             if W_T:
-                b = tl.trans(w_desc.load([t1, t2, t3, c_base + c0, o0 - g * OG]).reshape(BLOCK_K, BLOCK_N))
+                b = tl.trans(w_desc.load([t1, t2, t3, c_base + c0, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N))
             else:
                 b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
             acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
