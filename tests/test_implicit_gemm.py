@@ -308,12 +308,20 @@ def test_tma_weight_gradient_of_strided_and_transposed_convolutions(x_shape, w_s
     taps = sorted(t for ph in implicit_gemm._wgrad_phases(p)
                   for t in itertools.product(*(range(a, a + s * n, s) for a, s, n in ph.taps)))
     assert taps == sorted(itertools.product(*(range(k) for k in p.out_spatial)))  # each tap once
-    launched = []
+    launched, shared = [], []
     real = implicit_gemm._run_tma_wgrad
-    monkeypatch.setattr(implicit_gemm, "_run_tma_wgrad", lambda *a: launched.append(real(*a)) or launched[-1])
+
+    def run_phase(q, x, dy, dw, config, partial=None):
+        launched.append(real(q, x, dy, dw, config, partial))
+        shared.append(partial is not None)  # split: one workspace of partial sums for all phases
+        return launched[-1]
+
+    monkeypatch.setattr(implicit_gemm, "_run_tma_wgrad", run_phase)
     for config in TMA_WGRAD_CONFIGS:
+        shared.clear()
         report = testing.check("implicit_gemm", p, seed=11, config=config)
         assert report.ok, f"{config} on {p}: {report}"
+        assert all(shared) == (config.split_k > 1), (config, shared)
     assert any(launched), "no phase ran on the TMA kernel"
 
 
