@@ -218,19 +218,24 @@ TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("x_shape,w_shape,args", TMA_WGRAD_CASES)
 def test_tma_weight_gradient_matches_reference(x_shape, w_shape, args, dtype, monkeypatch):
-    """The TMA weight-gradient kernel, written directly and through split-K partial sums."""
+    """The TMA weight-gradient kernel, unsplit and split-K, always through float32 partial sums
+    (its 16-bit stores straight into dw were intermittently wrong on the H200)."""
     from ndconv.api import make_problem
 
     p = make_problem(x_shape, w_shape, dtype=dtype, device=DEVICE, **args).wgrad()
     assert implicit_gemm.tma_reason(p) is None
     for config in TMA_WGRAD_CONFIGS:
         _check_tma(p, config, monkeypatch, "_run_tma_wgrad", seed=5)
+        a, b = testing.random_operands(p, 1)
+        out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
+        target = implicit_gemm._tma_wgrad_launch(p, *p.views(a, b, out), config)[-1]
+        assert target.dtype == torch.float32 and target.dim() == p.ndim + 4, config  # [split, G, Og, *K, Cg]
 
 
 @pytest.mark.parametrize("x_shape,w_shape,args", [TMA_WGRAD_CASES[i] for i in (0, 4, 5, 7)])
 def test_prepared_weight_gradient_binds_the_launch(x_shape, w_shape, args, monkeypatch):
-    """A stride-1 weight gradient's prepared call (its TMA launch bound once), written directly
-    and through split-K partial sums: after its first call no launch is built again, and it
+    """A stride-1 weight gradient's prepared call (its TMA launch bound once), unsplit and
+    split-K: after its first call no launch is built again, and it
     computes exactly what run computes, call after call on fresh operands (an unaligned one too)."""
     from ndconv.api import make_problem
 
@@ -275,30 +280,38 @@ def test_tma_weight_gradient_refusals(monkeypatch):
 
 
 TMA_WGRAD_PHASE_CASES = [  # strided and input-dilated weight gradients: stride-1 phases over views
-    pytest.param((2, 8, 8, 16), (16, 3, 3, 16), dict(stride=2, padding=1), 4, False, id="2d_3x3s2"),
-    pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), 4, True,
+    # (x, w, args, phases, TMA by default, 2-D phases in one launch)
+    pytest.param((2, 8, 8, 16), (16, 3, 3, 16), dict(stride=2, padding=1), 4, True, True, id="2d_3x3s2"),
+    pytest.param((2, 7, 8, 16), (16, 3, 3, 16), dict(stride=2, padding=1), 4, False, False,
+                 id="2d_3x3s2_odd_side"),  # x's rows do not divide into phases: one launch per phase
+    pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), 4, True, True,
                  id="2d_convT_4x4s2"),
-    pytest.param((2, 6, 8, 16), (8, 3, 3, 16), dict(stride=(1, 2), padding=([1, 0], [1, 1])), 2, True,
+    pytest.param((2, 4, 6, 16), (16, 3, 3, 16), dict(input_dilation=2, padding=([1, 1], [2, 2]), flip=True), 4,
+                 True, True, id="2d_convT_3x3s2"),  # phases of 1 and 2 taps per axis
+    pytest.param((2, 6, 8, 16), (8, 3, 3, 16), dict(stride=(1, 2), padding=([1, 0], [1, 1])), 2, True, True,
                  id="stride_1x2"),
-    pytest.param((2, 8, 8, 16), (16, 1, 1, 16), dict(stride=2), 1, True, id="1x1s2"),
-    pytest.param((2, 16, 16), (8, 3, 16), dict(stride=2, kernel_dilation=2, padding=2), 1, True,
+    pytest.param((2, 8, 8, 32), (16, 3, 3, 16), dict(stride=2, padding=1, groups=2), 4, False, False,
+                 id="2d_3x3s2_groups"),
+    pytest.param((2, 8, 8, 16), (16, 1, 1, 16), dict(stride=2), 1, True, True, id="1x1s2"),
+    pytest.param((2, 16, 16), (8, 3, 16), dict(stride=2, kernel_dilation=2, padding=2), 1, True, False,
                  id="1d_kdil_stride_one_phase"),
     pytest.param((2, 8, 16), (8, 5, 16), dict(input_dilation=2, kernel_dilation=3, padding=([3], [2])), 2,
-                 True, id="1d_idil2_kdil3"),
-    pytest.param((2, 8, 32), (16, 3, 16), dict(input_dilation=3, padding=([2], [0]), groups=2), 3, True,
+                 True, False, id="1d_idil2_kdil3"),
+    pytest.param((2, 8, 32), (16, 3, 16), dict(input_dilation=3, padding=([2], [0]), groups=2), 3, True, False,
                  id="1d_idil3_groups"),
-    pytest.param((16, 2, 16), (8, 4, 16), dict(input_dilation=3, padding=([0], [0])), 3, True,
+    pytest.param((16, 2, 16), (8, 4, 16), dict(input_dilation=3, padding=([0], [0])), 3, True, False,
                  id="1d_idil_phase_without_outputs"),
 ]
 
 
-@pytest.mark.parametrize("x_shape,w_shape,args,phases,default", TMA_WGRAD_PHASE_CASES)
+@pytest.mark.parametrize("x_shape,w_shape,args,phases,default,together", TMA_WGRAD_PHASE_CASES)
 def test_tma_weight_gradient_of_strided_and_transposed_convolutions(x_shape, w_shape, args, phases, default,
-                                                                    monkeypatch):
+                                                                    together, monkeypatch):
     """Split into stride-1 weight gradients over views of x, dy and dw (one per phase; taps
-    that no product reaches are zeroed), each run by the TMA kernel where its views allow. By
-    default only where that was measured to pay: strided ones of more than 2 phases take the
-    gather kernel (a TMA config still runs them in phases)."""
+    that no product reaches are zeroed), each run by the TMA kernel where its views allow; 2-D
+    ungrouped ones whose phased operand's sides divide by the periods in one launch. By
+    default only where that was measured to pay: strided ones of more than 2 phases that do
+    not run in one launch take the gather kernel (a TMA config still runs them in phases)."""
     from ndconv.api import make_problem
 
     p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
@@ -308,21 +321,32 @@ def test_tma_weight_gradient_of_strided_and_transposed_convolutions(x_shape, w_s
     taps = sorted(t for ph in implicit_gemm._wgrad_phases(p)
                   for t in itertools.product(*(range(a, a + s * n, s) for a, s, n in ph.taps)))
     assert taps == sorted(itertools.product(*(range(k) for k in p.out_spatial)))  # each tap once
-    launched, shared = [], []
-    real = implicit_gemm._run_tma_wgrad
+    per_phase, one_launch = [], []
+    real_phase, real_together = implicit_gemm._run_tma_wgrad, implicit_gemm._phased_wgrad_launch
 
     def run_phase(q, x, dy, dw, config, partial=None):
-        launched.append(real(q, x, dy, dw, config, partial))
-        shared.append(partial is not None)  # split: one workspace of partial sums for all phases
-        return launched[-1]
+        per_phase.append((real_phase(q, x, dy, dw, config, partial), partial is not None))
+        return per_phase[-1][0]
+
+    def run_together(*args):
+        one_launch.append(real_together(*args))
+        return one_launch[-1]
 
     monkeypatch.setattr(implicit_gemm, "_run_tma_wgrad", run_phase)
+    monkeypatch.setattr(implicit_gemm, "_phased_wgrad_launch", run_together)
+    on_tma = []
     for config in TMA_WGRAD_CONFIGS:
-        shared.clear()
+        per_phase.clear()
+        one_launch.clear()
         report = testing.check("implicit_gemm", p, seed=11, config=config)
         assert report.ok, f"{config} on {p}: {report}"
-        assert all(shared) == (config.split_k > 1), (config, shared)
-    assert any(launched), "no phase ran on the TMA kernel"
+        assert (len(one_launch) == 1 and one_launch[0] is not None) == together, config
+        if together:
+            assert not per_phase
+        else:  # one workspace of partial sums for all phases
+            assert all(shared for _, shared in per_phase), (config, per_phase)
+        on_tma += [ran for ran, _ in per_phase] + [launch is not None for launch in one_launch]
+    assert any(on_tma), "no phase ran on the TMA kernel"
 
 
 def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():

@@ -382,9 +382,10 @@ def tma_reason(p) -> str | None:
         phases = _wgrad_phases(p)
         if isinstance(phases, str):
             return phases
-        if any(s > 1 for s in p.kernel_dilation) and len(phases) > 2:
-            return (f"a strided weight gradient splits into {len(phases)} phases of few tiles each: "
-                    "measured slower than the gather kernel (r50's 3x3 stride 2: 99 against 88 us)")
+        if any(s > 1 for s in p.kernel_dilation) and len(phases) > 2 and _phased_wgrad(p) is None:
+            return (f"a strided weight gradient splits into {len(phases)} phases of few tiles each, "
+                    "not in one launch: measured slower than the gather kernel (r50's 3x3 stride 2: 99 "
+                    "against 88 us)")
     elif any(s != 1 for s in p.stride):
         return fold_reason(p)
     if p.device == "cuda" and torch.cuda.get_device_capability() < (9, 0):
@@ -744,30 +745,43 @@ def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config, partial=None) -> bool:
         return False
     (grid, args, meta), _, dw, target = made
     conv_wgrad_tma_kernel[grid](*args, **meta)
-    if partial is None and target is not dw:
-        dw.copy_(target.sum(0))
+    if partial is None:
+        _sum_partials(dw, target)
     return True
 
 
-def _wgrad_split(p, config: Config, device) -> int:
+def _sum_partials(dw, partial):
+    """dw = the sum over the first axis of float32 partial sums [split, *dw.shape], in a fixed
+    order (deterministic; not torch.sum(..., out=dw): on CUDA it rounds each partial sum to dw's
+    dtype first)."""
+    dw.copy_(partial[0] if partial.shape[0] == 1 else partial.sum(0))
+
+
+def _wgrad_split(p, config: Config, device, taps: int = 0) -> int:
     """How many programs share weight-gradient problem ``p``'s reduction over the forward's
-    output positions (config.split_k where set): enough for two per SM, each at least 8 steps."""
+    output positions (config.split_k where set): each at least 8 steps, and as many as make two
+    per SM, not more (a last wave of a few programs costs a whole program's time; on the H200's
+    132 SMs convT_4x4s2's phases in one launch took 172 µs at 288 programs, 118 at 256, and
+    conv3d_3x3x3 261 at 270, 231 at 243).
+    ``taps``: the programs per output-channel tile where not p's kernel (TAPS3 taps each)."""
     if config.split_k:
         return config.split_k
     Cg, Og = group_channels(p)
     kernel, positions = p.out_spatial, p.x_shape[-1] * math.prod(p.kernel)  # the forward's (swapped)
-    tiles = (math.prod(kernel[:-1]) * cdiv(kernel[-1], max(1, min(config.taps, kernel[-1])))
-             * cdiv(Og, config.block_m) * cdiv(Cg, config.block_n) * p.groups)
-    return max(1, min(cdiv(2 * sm_count(device), tiles), cdiv(positions, config.block_k) // 8))
+    taps = taps or math.prod(kernel[:-1]) * cdiv(kernel[-1], max(1, min(config.taps, kernel[-1])))
+    tiles = taps * cdiv(Og, config.block_m) * cdiv(Cg, config.block_n) * p.groups
+    return max(1, min(2 * sm_count(device) // tiles, cdiv(positions, config.block_k) // 8))
 
 
 def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
     """((grid, args, meta), (x, dy) the natural views its descriptors hold, dw the natural
     grouped [G, Og, *K, Cg] view, target) of the TMA weight-gradient kernel, or None where the
     tensors do not meet TMA's rules or no exact box wastes less than half a tile. ``target`` is
-    dw itself, or with the reduction split, a new float32 workspace [split, *dw.shape] of
-    partial sums for the caller to sum in a fixed order (deterministic), or ``partial`` where
-    given (such a workspace, its split the caller's: programs past the last step store zeros)."""
+    a new float32 workspace [split, *dw.shape] of partial sums for the caller to sum
+    (_sum_partials), or ``partial`` where given (such a workspace, its split the caller's:
+    programs past the last step store zeros). Never dw itself, even unsplit: bf16 stored by the
+    kernel was intermittently wrong on the H200 (r50_3x3_7's weight gradient in 128 x 128 tiles:
+    2 of 6 seeds at 4 stages, 6 of 6 at 3; through float32, 0 of 30 runs)."""
     if tma_reason(p) is not None:
         return None
     x, dy, dw, (_, kdil, _, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
@@ -802,16 +816,16 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
     if partial is None:
         per_split = cdiv(steps, _wgrad_split(p, config, x.device))
         split = cdiv(steps, per_split)
-        target = dw if split == 1 else torch.empty((split, *dw.shape), device=x.device, dtype=torch.float32)
+        target = torch.empty((split, *dw.shape), device=x.device, dtype=torch.float32)
     else:
         target, split = partial, partial.shape[0]
         per_split = cdiv(steps, split)
-    st = (0, *target.stride()) if split == 1 else target.stride()
-    args = (dy_desc, x_desc, target,
-            N, Cg, Og, split, per_split,
+    st = target.stride()
+    args = (dy_desc, x_desc, target, target,  # no phase table: any pointer
+            N, Cg, Og, split, per_split, 1,
             *SO, *K, *KD, *LO,
-            st[0], st[1], st[2], *spatial_strides(target, 3 if split > 1 else 2, D), st[-1])
-    meta = dict(PRECISION=_precision(p), UPCAST=INTERPRET,
+            st[0], st[1], st[2], *spatial_strides(target, 3, D), st[-1])
+    meta = dict(PHASED=False, PRECISION=_precision(p), UPCAST=INTERPRET,
                 BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc, TAPS3=taps3,
                 num_warps=config.num_warps, num_stages=config.num_stages)
     return ((tiles // G, G * split), args, meta), (x, dy), dw, target
@@ -820,7 +834,7 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
 def _prepare_wgrad(p, config: Config):
     """The prepared call of a stride-1 weight gradient on the TMA kernel, its launch bound once
     (through Triton's generic launch it cost 180-360 µs of host time per call on r50's 3x3
-    layers, for 40 µs on the GPU): a new dw, or a new workspace of partial sums then their sum.
+    layers, for 40 µs on the GPU): a new workspace of partial sums, then their sum into a new dw.
     Operands TMA cannot take (unaligned) go through ``run``; None where the kernel does not take
     the problem."""
     from .implicit_gemm_kernels import conv_wgrad_tma_kernel
@@ -829,23 +843,18 @@ def _prepare_wgrad(p, config: Config):
     made = _tma_wgrad_launch(p, *views, config) if views is not None else None
     if made is None:
         return None
-    launch, (x, dy), dw, target = made
+    launch, (x, dy), _, target = made
     bound = BoundLaunch(conv_wgrad_tma_kernel, *launch, operands=(x, dy, target))
-    shape, dtype, split = p.result_shape, p.dtype, target is not dw
-    workspace = target.shape
+    shape, dtype, workspace = p.result_shape, p.dtype, target.shape
 
     def call(a, b):
         out = torch.empty(shape, dtype=dtype, device=a.device)
         if a.data_ptr() % 16 or b.data_ptr() % 16:  # TMA's rule: run's other paths
             run(p, *p.views(a, b, out), config)
             return out
-        if not split:
-            bound(a, b, out)
-            return out
         partial = torch.empty(workspace, dtype=torch.float32, device=a.device)
         bound(a, b, partial)
-        # not torch.sum(..., out=out): on CUDA it rounds each partial sum to out's dtype first
-        out.view(workspace[1:]).copy_(partial.sum(0))
+        _sum_partials(out.view(workspace[1:]), partial)
         return out
     return call
 
@@ -938,13 +947,16 @@ def _positions(t: torch.Tensor, first: int, ranges) -> torch.Tensor:
 
 
 def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
-    """A strided or input-dilated weight gradient as its stride-1 phases (_wgrad_phases), each
-    on the TMA kernel where its views meet TMA's rules, else on the gather kernel; False
-    (nothing launched) where ``p`` does not split or dw is not one [O, *K, C/g] view.
+    """A strided or input-dilated weight gradient as its stride-1 phases (_wgrad_phases): 2-D
+    ones in one launch where their views allow (_phased_wgrad_launch), else each phase on the
+    TMA kernel where its views meet TMA's rules, else on the gather kernel; False (nothing
+    launched) where ``p`` does not split or dw is not one [O, *K, C/g] view.
 
-    Where the reduction splits, the phases share one workspace of partial sums (each phase its
-    own taps, one split count) summed once at the end. A sum and a copy per phase cost
-    convT_4x4s2 8 launches and 31 of its 151 µs of kernels on the H200; shared, 173 -> 158 µs."""
+    The phases share one workspace of partial sums (each phase its own taps, one split count)
+    summed once at the end. On the H200 (convT_4x4s2): a sum and a copy per phase cost 8
+    launches and 31 of 151 µs of kernels; shared, 173 -> 158 µs; in one launch, 118 µs."""
+    from .implicit_gemm_kernels import conv_wgrad_tma_kernel
+
     phases = _wgrad_phases(p)
     if isinstance(phases, str):
         return False
@@ -954,25 +966,127 @@ def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
         return False
     G, Og = p.groups, group_channels(p)[1]
     x, dy, dw = x.flatten(-2), dy.flatten(-2), dw.flatten(0, 1)  # [N, *S, C], [N, *SO, O], [O, *K, Cg]
-    split = max((_wgrad_split(phase.q, config, x.device) for phase in phases if phase.q is not None), default=1)
-    partial = torch.empty((split, *dw.shape), device=x.device, dtype=torch.float32) if split > 1 else None
-    direct = []  # phases that write dw themselves, after the partial sums land
-    for phase in phases:
-        if phase.q is None:
-            direct.append((phase, None))
-            continue
+    separate = [phase for phase in phases if phase.q is not None]  # a launch each
+    together = _phased_wgrad(p)
+    if together is None:
+        split = max((_wgrad_split(phase.q, config, x.device) for phase in separate), default=1)
+    else:
+        taps3 = max(1, min(config.taps, together.taps[1]))
+        live_taps = sum(row[4] * cdiv(row[9], taps3) for row in together.rows)  # programs with work
+        split = _wgrad_split(together.q, config, x.device, live_taps)
+    partial = torch.empty((split, *dw.shape), device=x.device, dtype=torch.float32)
+    direct = [(phase, None) for phase in phases if phase.q is None]  # written after the partial sums
+    if together is not None:
+        launch = _phased_wgrad_launch(p, together, x, dy, partial, config)
+        if launch is not None:
+            grid, args, meta = launch
+            conv_wgrad_tma_kernel[grid](*args, **meta)
+            separate = []
+    for phase in separate:
         views = phase.q.views(_positions(x, 1, phase.x), _positions(dy, 1, phase.dy), _positions(dw, 1, phase.taps))
-        taps = None if partial is None else _positions(partial, 2, phase.taps).unflatten(1, (G, Og))
+        taps = _positions(partial, 2, phase.taps).unflatten(1, (G, Og))
         if not _run_tma_wgrad(phase.q, *views, config, taps):
             direct.append((phase, views))
-    if partial is not None:
-        dw.copy_(partial.sum(0))  # in a fixed order: deterministic
+    _sum_partials(dw, partial)
     for phase, views in direct:
         if views is None:  # no product reaches these taps
             _positions(dw, 1, phase.taps).zero_()
         else:
             _run_wgrad(phase.q, *views, gather_wgrad_config(phase.q))
     return True
+
+
+@dataclass(frozen=True)
+class PhasedWgrad:
+    """The live phases of a 2-D weight gradient as one launch: one of x and dy (``phased``) is
+    viewed [N, Q1, P1, Q2, P2*C] (a phase is a coordinate on axis 2 and a channel offset), the
+    other [N, A, 1, B, C]; ``rows`` the phase table (conv_wgrad_tma_kernel's PHASED rows)."""
+
+    phased: str  # "x" or "dy"
+    periods: tuple  # (P1, P2)
+    taps: tuple  # the most taps of any phase, per axis (the grid's)
+    phases: int
+    q: object  # the weight-gradient problem of the phase of the most taps
+    rows: tuple
+
+
+@lru_cache(maxsize=256)
+def _phased_wgrad(p):
+    """Strided or transposed weight-gradient problem ``p``'s live phases as one launch
+    (PhasedWgrad), or None where they are not 2-D and ungrouped, or have no common form: one
+    operand phased, its sides divisible by the periods."""
+    phases = _wgrad_phases(p)
+    live = [phase for phase in phases if phase.q is not None] if not isinstance(phases, str) else []
+    if p.ndim != 2 or p.groups != 1 or not live:
+        return None
+    stride, idil = p.kernel_dilation, p.input_dilation  # the forward's stride (ConvProblem.wgrad swaps them)
+    phased = "dy" if any(d > 1 for d in idil) else "x"
+    if phased == "dy" and any(s > 1 for s in stride):
+        return None
+    periods = tuple(idil) if phased == "dy" else tuple(stride)
+    sides = p.kernel if phased == "dy" else p.in_spatial  # the forward's output (swapped) or input
+    if any(n % period for n, period in zip(sides, periods)):
+        return None
+    C, O = p.x_shape[0], p.w_shape[0]
+    rows = []
+    for phase in live:
+        start = [r[0] for r in (phase.dy if phased == "dy" else phase.x)]
+        coords = (start[0], start[1] * O, 0, 0) if phased == "dy" else (0, 0, start[0], start[1] * C)
+        per_axis = [(t[2], kd, lo, t[0], t[1]) for t, kd, lo in zip(phase.taps, phase.q.stride, phase.q.padding_lo)]
+        rows.append((*coords, *per_axis[0], *per_axis[1]))
+    taps = tuple(max(phase.q.out_spatial[d] for phase in live) for d in range(2))
+    return PhasedWgrad(phased, periods, taps, len(live), max(live, key=lambda ph: math.prod(ph.q.out_spatial)).q,
+                       tuple(rows))
+
+
+def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
+    """(grid, args, meta) of the TMA weight-gradient kernel running ``form``'s phases of ``p``
+    in one launch (x [N, H, W, C], dy [N, SO1, SO2, O] natural; ``target`` the float32
+    workspace [split, O, K1, K2, C] of partial sums), or None where TMA cannot take
+    the views or no exact box wastes less than half a tile."""
+    bo, bc, bk = config.block_m, config.block_n, config.block_k
+    N, C, O = x.shape[0], x.shape[-1], dy.shape[-1]
+    P1, P2 = form.periods
+    positions = (dy.shape[1] // P1, 1, dy.shape[2] // P2) if form.phased == "dy" else (dy.shape[1], 1, dy.shape[2])
+    box = _exact_box(positions, bk)
+    if box[0] > 1 and N / (cdiv(N, box[0]) * box[0]) < 0.5 or max(box) > TMA_BOX_MAX or max(bo, bc) > _TMA_WGRAD_BLOCK_MAX:
+        return None
+
+    def view(t, phased, block):  # [N, Q1, P1, Q2, P2*C] or [N, A, 1, B, C]
+        n, a, b, c = t.shape
+        if phased:
+            shape, strides = [n, a // P1, P1, b // P2, P2 * c], [t.stride(0), P1 * t.stride(1), t.stride(1), P2 * c, 1]
+        else:
+            shape, strides = [n, a, 1, b, c], [t.stride(0), t.stride(1), t.stride(1), t.stride(2), 1]
+        return _descriptor(t, shape, strides, [*box, block])
+
+    phased = dy if form.phased == "dy" else x
+    if x.stride(-1) != 1 or dy.stride(-1) != 1 or phased.stride(-2) != phased.shape[-1]:
+        return None  # unit-stride channels, and the phased operand's merge with its last axis
+    dy_desc, x_desc = view(dy, form.phased == "dy", bo), view(x, form.phased == "x", bc)
+    if dy_desc is None or x_desc is None:
+        return None
+    split = target.shape[0]
+    steps = cdiv(N, box[0]) * cdiv(positions[0], box[1]) * cdiv(positions[2], box[3])
+    per_split = cdiv(steps, split)
+    taps3 = max(1, min(config.taps, form.taps[1]))
+    tiles = form.taps[0] * cdiv(form.taps[1], taps3) * cdiv(O, bo) * cdiv(C, bc)
+    table = _phase_rows(form.rows, str(x.device))
+    st = target.stride()
+    args = (dy_desc, x_desc, target, table,
+            N, C, O, split, per_split, form.phases,
+            *positions, form.taps[0], 1, form.taps[1], 1, 1, 1, 0, 0, 0,
+            st[0], 0, st[1], st[2], 0, st[3], st[4])
+    meta = dict(PHASED=True, PRECISION=_precision(p), UPCAST=INTERPRET,
+                BB=box[0], B1=box[1], B2=box[2], B3=box[3], BLOCK_O=bo, BLOCK_C=bc, TAPS3=taps3,
+                num_warps=config.num_warps, num_stages=config.num_stages)
+    return (tiles, form.phases * split), args, meta
+
+
+@lru_cache(maxsize=64)
+def _phase_rows(rows, device: str) -> torch.Tensor:
+    """The phase table of a PhasedWgrad as an int32 tensor on ``device`` (kept: made once)."""
+    return torch.tensor(rows, dtype=torch.int32, device=device)
 
 
 # ------------------------------------------------- strided problems on the TMA path: folding

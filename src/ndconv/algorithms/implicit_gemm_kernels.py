@@ -337,11 +337,11 @@ def conv_fwd_tma_kernel(
 
 @triton.jit
 def conv_wgrad_tma_kernel(
-    dy_desc, x_desc, out_ptr,
-    N, CG, OG, SPLIT, STEPS_PER_SPLIT,
+    dy_desc, x_desc, out_ptr, phase_ptr,
+    N, CG, OG, SPLIT, STEPS_PER_SPLIT, NPHASE,
     SO1, SO2, SO3, K1, K2, K3, KD1, KD2, KD3, LO1, LO2, LO3,
     sos, sog, soo, so1, so2, so3, soc,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PHASED: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BB: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr, B3: tl.constexpr,
     BLOCK_O: tl.constexpr, BLOCK_C: tl.constexpr, TAPS3: tl.constexpr,
 ):
@@ -354,7 +354,14 @@ def conv_wgrad_tma_kernel(
     zero-filled outside the input (the padding). The boxes tile the output positions exactly
     (the launcher picks B1..B3 dividing SO1..SO3), so no product pairs a zero-filled dy row with
     an x element the convolution never reads; channels past a group's end belong to the next
-    group and only reach columns that are not stored."""
+    group and only reach columns that are not stored.
+
+    PHASED: the NPHASE stride-1 phases of a strided or transposed 2-D weight gradient in one
+    launch (axis 2 is the phase axis: SO2 = K2 = 1). One of dy and x is viewed [N, Q1, P1, Q2,
+    P2*C], so that a phase is a coordinate on axis 2 and an offset into the channels; row ph of
+    ``phase_ptr`` (int32) holds dy's and x's (axis-2 coordinate, channel offset), the phase's
+    tap count, kernel dilation and low pad per axis (1 and 3), and where its taps go in out
+    (first, step). Programs past a phase's taps return."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     c_tiles = tl.cdiv(CG, BLOCK_C)
     o_tiles = tl.cdiv(OG, BLOCK_O)
@@ -366,18 +373,28 @@ def conv_wgrad_tma_kernel(
     t3 = tap % chunks3 * TAPS3  # the first of this program's taps along the last axis
     t2 = tap // chunks3 % K2
     t1 = tap // (chunks3 * K2)
-    g = tl.program_id(1) // SPLIT
+    g = tl.program_id(1) // (SPLIT * NPHASE)
+    phase = tl.program_id(1) // SPLIT % NPHASE
     split = tl.program_id(1) % SPLIT
+    dy2, dyc, x2, xc = 0, 0, 0, 0
+    k1, kd1, lo1, k3, kd3, lo3 = K1, KD1, LO1, K3, KD3, LO3
+    out1, step1, out3, step3 = 0, 1, 0, 1
+    if PHASED:
+        row = phase_ptr + phase * 14
+        dy2, dyc, x2, xc = tl.load(row), tl.load(row + 1), tl.load(row + 2), tl.load(row + 3)
+        k1, kd1, lo1, out1, step1 = tl.load(row + 4), tl.load(row + 5), tl.load(row + 6), tl.load(row + 7), tl.load(row + 8)
+        k3, kd3, lo3, out3, step3 = tl.load(row + 9), tl.load(row + 10), tl.load(row + 11), tl.load(row + 12), tl.load(row + 13)
     T3 = tl.cdiv(SO3, B3)
     T2 = tl.cdiv(SO2, B2)
     T1 = tl.cdiv(SO1, B1)
     first = split * STEPS_PER_SPLIT
-    steps = tl.minimum(tl.cdiv(N, BB) * T1 * T2 * T3 - first, STEPS_PER_SPLIT)
+    live = (t1 < k1) & (t3 < k3)  # a phase with fewer taps than the grid's: nothing to do
+    steps = tl.where(live, tl.minimum(tl.cdiv(N, BB) * T1 * T2 * T3 - first, STEPS_PER_SPLIT), 0)
     o0 = g * OG + pid_o * BLOCK_O
     c0 = g * CG + pid_c * BLOCK_C
-    s1 = t1 * KD1 - LO1  # the tap's shift of the x box against the dy box
-    s2 = t2 * KD2 - LO2
-    s3 = t3 * KD3 - LO3
+    s1 = t1 * kd1 - lo1  # the tap's shift of the x box against the dy box
+    s2 = t2 * KD2 - LO2 + x2
+    s3 = t3 * kd3 - lo3
 
     # the box (b, q1, q2, q3), counted in boxes, advances as counters from the split's first
     q3 = first % T3
@@ -388,10 +405,10 @@ def conv_wgrad_tma_kernel(
     for i in tl.static_range(TAPS3):
         accs = accs + (tl.zeros((BLOCK_O, BLOCK_C), dtype=tl.float32),)
     for _ in range(steps):
-        d = tl.trans(dy_desc.load([b * BB, q1 * B1, q2 * B2, q3 * B3, o0]).reshape(BLOCK_M, BLOCK_O))
+        d = tl.trans(dy_desc.load([b * BB, q1 * B1, q2 * B2 + dy2, q3 * B3, o0 + dyc]).reshape(BLOCK_M, BLOCK_O))
         new = ()
         for i in tl.static_range(TAPS3):  # past K3 (a ragged last chunk): computed, never stored
-            a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3 + i * KD3, c0])
+            a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3 + i * kd3, c0 + xc])
             new = new + (dot(d, a.reshape(BLOCK_M, BLOCK_C), accs[i], PRECISION, UPCAST),)
         accs = new
         q3, q2 = _carry(q3 + 1, q2, T3)
@@ -400,11 +417,11 @@ def conv_wgrad_tma_kernel(
 
     offs_o = pid_o * BLOCK_O + tl.arange(0, BLOCK_O)
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    out = out_ptr + split * sos + g * sog + t1 * so1 + t2 * so2
+    out = out_ptr + split * sos + g * sog + (out1 + step1 * t1) * so1 + t2 * so2
     for i in tl.static_range(TAPS3):
-        tl.store(out + (t3 + i) * so3 + (offs_o * soo)[:, None] + (offs_c * soc)[None, :],
+        tl.store(out + (out3 + step3 * (t3 + i)) * so3 + (offs_o * soo)[:, None] + (offs_c * soc)[None, :],
                  accs[i].to(out_ptr.dtype.element_ty),
-                 mask=(offs_o < OG)[:, None] & (offs_c < CG)[None, :] & (t3 + i < K3))
+                 mask=(offs_o < OG)[:, None] & (offs_c < CG)[None, :] & (t3 + i < k3) & live)
 
 
 @triton.jit
