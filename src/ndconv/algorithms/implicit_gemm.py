@@ -22,8 +22,9 @@ shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) 
 of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Strided
 problems fold into stride-1 ones over a view of the input where they can (``Fold``); stems
 (at most 4 input channels) over a space-to-depth copy. The weight gradient at stride 1 has a TMA
-kernel too: per tap, dy's box of positions and x's box shifted by the tap, both straight from
-shared memory into wgmma (split-K as above). ``tma_runner`` is the path's entry per kind of
+kernel too: per tap, dy's box of positions and x's box shifted by the tap (split-K as above);
+strided and transposed ones run as stride-1 ones per phase, a 2-D one's phases in one launch
+(``PhasedWgrad``). ``tma_runner`` is the path's entry per kind of
 problem. It needs TMA's alignment (16-byte strides and base); problems or tensors without it,
 and GPUs before sm_90, take the gather path.
 
