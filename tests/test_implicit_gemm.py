@@ -212,7 +212,8 @@ TMA_WGRAD_CASES = [  # output sides with power-of-two factors, so that exact box
     pytest.param((1, 4, 4, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
 TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True),
-                     Config(16, 16, 16, 4, 2, split_k=2, tma=True, taps=2))  # taps: a ragged last chunk when K3 is odd
+                     Config(16, 16, 16, 4, 2, split_k=2, tma=True, taps=2),  # a ragged last chunk when K3 is odd
+                     Config(16, 16, 16, 4, 3, tma=True, taps=3))  # the defaults' 3 taps (2-D and 3-D)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
@@ -350,8 +351,8 @@ def test_tma_weight_gradient_of_strided_and_transposed_convolutions(x_shape, w_s
 
 
 def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():
-    """2-D stride-1 weight gradients with 3 taps along the last axis compute them in one
-    program (measured faster on the H200); others one tap per program."""
+    """2-D and 3-D stride-1 weight gradients with 3 taps along the last axis compute them in
+    one program (measured faster on the H200); others one tap per program."""
     from ndconv.api import make_problem
 
     def taps(x, w, **args):
@@ -359,7 +360,8 @@ def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():
         return implicit_gemm.tma_wgrad_config(p.wgrad()).taps
 
     assert taps((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == 3
-    assert taps((8, 16, 56, 56, 64), (64, 3, 3, 3, 64), padding=1) == 1  # 3-D: measured slower
+    assert taps((8, 16, 56, 56, 64), (64, 3, 3, 3, 64), padding=1) == 3  # 3-D too
+    assert taps((8, 3000, 64), (64, 3, 64), padding=1) == 1  # 1-D: not measured
     assert taps((64, 56, 56, 64), (64, 5, 5, 64), padding=2) == 1  # 5 accumulators would spill
     assert taps((64, 56, 56, 64), (64, 3, 3, 64), stride=2, padding=1) == 1  # strided: phases
 

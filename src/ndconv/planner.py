@@ -262,10 +262,10 @@ def _measured_first(p: ConvProblem) -> str | None:
 
     PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on the
     dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal conv1d:
-    depthwise 64 us against 1.47 ms) and 2-D ones of at most 64 output channels with 3 taps along
-    the last axis, which the TMA kernel computes sharing each dy box across the 3 taps in 64 x
-    64 tiles (r50_3x3_56 42.0 against 51.1 us; at 256 channels, in 128 x 64 tiles, 40.5
-    against PyTorch's 37.0: PyTorch kept); small groups that do not pack (1.0-1.1x); forwards with
+    depthwise 64 us against 1.47 ms) and 2-D and 3-D ones of at most 64 output channels with 3
+    taps along the last axis, which the TMA kernel computes sharing each dy box across the 3 taps
+    in 64 x 64 tiles (r50_3x3_56 42.0 against 51.1 us, conv3d_3x3x3 198 against 202-207; at 256
+    channels, in 128 x 64 tiles, 40.5 against PyTorch's 37.0: PyTorch kept); small groups that do not pack (1.0-1.1x); forwards with
     symmetric padding (r50_3x3_56, r50_1x1_56, vae, conv3d, 1-D ones through a 2-D
     convolution: within 0-15%), except with more than 128 output channels that 128 does not
     divide (SD UNet's 320 run on the persistent TMA kernel: 97 against 110 us, fp16 98 against

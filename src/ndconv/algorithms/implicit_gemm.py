@@ -684,17 +684,17 @@ def tma_wgrad_config(p) -> Config:
     """The TMA weight-gradient kernel's tiles: block_m x block_n of dw (output x input channels
     of one tap; wgmma's M and N), block_k output positions per reduction step (one box).
 
-    2-D problems at stride 1 with 3 taps along the last axis run them in one program, sharing
-    each dy box, in tiles of at most 128 x 64 on 4 warps and 3 stages (4 boxes per stage in
-    shared memory, 3 accumulators; more taps per program would spill registers), measured on
+    2-D and 3-D problems at stride 1 with 3 taps along the last axis run them in one program,
+    sharing each dy box, in tiles of at most 128 x 64 on 4 warps and 3 stages (4 boxes per stage
+    in shared memory, 3 accumulators; more taps per program would spill registers), measured on
     the H200 (bf16): r50_3x3_56 53.2 -> 43.4 us (PyTorch 48.8), r50_3x3_14 51.6 -> 38.9
-    (PyTorch 39.9). Not on 3-D problems (conv3d_3x3x3 251 -> 262) nor on phases of transposed
-    ones (2 taps each: convT_4x4s2 174 -> 176-240)."""
+    (PyTorch 39.9), conv3d_3x3x3 234 -> 198 (PyTorch 202-207; at splits rounded up, 251 -> 262:
+    _wgrad_split). Not on phases of transposed ones (2 taps each: convT_4x4s2 174 -> 176-240)."""
     Cg, Og = group_channels(p)
     block_o = 128 if Og >= 128 else 64
     block_c = _pow2_at_least(Cg, 16, 128)
     taps3 = p.out_spatial[-1]  # the forward's kernel along the last axis
-    if p.ndim == 2 and _plain_wgrad(p) and taps3 == WGRAD_TAPS_MAX:
+    if p.ndim >= 2 and _plain_wgrad(p) and taps3 == WGRAD_TAPS_MAX:
         return Config(block_o, min(block_c, 64), 64, 4, 3, tma=True, taps=taps3)
     warps = 8 if block_o * block_c >= 128 * 128 else 4
     return Config(block_o, block_c, 64, warps, 4, tma=True)
