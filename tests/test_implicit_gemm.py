@@ -350,6 +350,33 @@ def test_tma_weight_gradient_of_strided_and_transposed_convolutions(x_shape, w_s
     assert any(on_tma), "no phase ran on the TMA kernel"
 
 
+@pytest.mark.parametrize("x_shape,w_shape,args", [case.values[:3] for case in TMA_WGRAD_PHASE_CASES
+                                                  if case.id in ("2d_3x3s2", "2d_convT_3x3s2", "1x1s2")])
+def test_prepared_phased_weight_gradient_binds_the_launch(x_shape, w_shape, args, monkeypatch):
+    """A weight gradient whose phases run in one launch has a prepared call (the launch bound
+    once): equal to run's result bitwise, no launch built after its first call, an unaligned
+    operand through run; phases in several launches have none."""
+    from ndconv.api import make_problem
+
+    p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
+    for config in TMA_WGRAD_CONFIGS[:2]:
+        call = implicit_gemm.prepare(p, config)
+        assert call is not None
+        a, b = testing.random_operands(p, 1)
+        got, ran = call(a, b), torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
+        implicit_gemm.run(p, *p.views(a, b, ran), config)
+        assert torch.equal(got, ran), config
+        with monkeypatch.context() as m:
+            m.setattr(implicit_gemm, "_phased_wgrad_launch", lambda *args: pytest.fail("a launch was built per call"))
+            a, b = testing.random_operands(p, 2)
+            testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
+        shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
+        shifted.copy_(a)
+        testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
+    odd = make_problem((2, 7, 8, 16), (16, 3, 3, 16), dtype=torch.bfloat16, device=DEVICE, stride=2, padding=1)
+    assert implicit_gemm.prepare(odd.wgrad(), TMA_WGRAD_CONFIGS[0]) is None
+
+
 def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():
     """2-D and 3-D stride-1 weight gradients with 3 taps along the last axis compute them in
     one program (measured faster on the H200); others one tap per program."""

@@ -214,7 +214,9 @@ def prepare(p, config: Config):
     addresses, made per call) needs 16-byte aligned operands: others take ``run``, which falls
     back to the gather kernel."""
     if p.pass_ == "wgrad":
-        return _prepare_wgrad(p, config) if config.tma and _plain_wgrad(p) else None
+        if not config.tma:
+            return None
+        return _prepare_wgrad(p, config) if _plain_wgrad(p) else _prepare_phased_wgrad(p, config)
     from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel
 
     views = meta_views(p)
@@ -845,8 +847,15 @@ def _prepare_wgrad(p, config: Config):
     if made is None:
         return None
     launch, (x, dy), _, target = made
-    bound = BoundLaunch(conv_wgrad_tma_kernel, *launch, operands=(x, dy, target))
-    shape, dtype, workspace = p.result_shape, p.dtype, target.shape
+    return _summing_call(p, BoundLaunch(conv_wgrad_tma_kernel, *launch, operands=(x, dy, target)),
+                         target.shape, config)
+
+
+def _summing_call(p, bound: BoundLaunch, workspace, config: Config):
+    """A prepared weight-gradient call: ``bound(x, dy, partial)`` into a new float32 workspace,
+    then its sum into a new dw (viewed as the workspace's [1:]). Operands TMA cannot take
+    (unaligned) go through ``run``."""
+    shape, dtype = p.result_shape, p.dtype
 
     def call(a, b):
         out = torch.empty(shape, dtype=dtype, device=a.device)
@@ -959,23 +968,14 @@ def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
     from .implicit_gemm_kernels import conv_wgrad_tma_kernel
 
     phases = _wgrad_phases(p)
-    if isinstance(phases, str):
+    operands = _phase_operands(p, x_t, dy_t, dw_t)
+    if isinstance(phases, str) or operands is None:
         return False
-    x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)
-    if not (_mergeable(x, p.ndim + 1, p.ndim + 2) and _mergeable(dy, p.ndim + 1, p.ndim + 2)
-            and _mergeable(dw, 0, 1)):
-        return False
+    x, dy, dw = operands
     G, Og = p.groups, group_channels(p)[1]
-    x, dy, dw = x.flatten(-2), dy.flatten(-2), dw.flatten(0, 1)  # [N, *S, C], [N, *SO, O], [O, *K, Cg]
     separate = [phase for phase in phases if phase.q is not None]  # a launch each
     together = _phased_wgrad(p)
-    if together is None:
-        split = max((_wgrad_split(phase.q, config, x.device) for phase in separate), default=1)
-    else:
-        taps3 = max(1, min(config.taps, together.taps[1]))
-        live_taps = sum(row[4] * cdiv(row[9], taps3) for row in together.rows)  # programs with work
-        split = _wgrad_split(together.q, config, x.device, live_taps)
-    partial = torch.empty((split, *dw.shape), device=x.device, dtype=torch.float32)
+    partial = torch.empty((_phases_split(p, config, x.device), *dw.shape), device=x.device, dtype=torch.float32)
     direct = [(phase, None) for phase in phases if phase.q is None]  # written after the partial sums
     if together is not None:
         launch = _phased_wgrad_launch(p, together, x, dy, partial, config)
@@ -995,6 +995,47 @@ def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
         else:
             _run_wgrad(phase.q, *views, gather_wgrad_config(phase.q))
     return True
+
+
+def _phase_operands(p, x_t, dy_t, dw_t):
+    """Weight-gradient problem ``p``'s views as x [N, *S, C], dy [N, *SO, O], dw [O, *K, Cg]
+    (natural, groups merged), or None where one does not merge."""
+    x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)
+    if not (_mergeable(x, p.ndim + 1, p.ndim + 2) and _mergeable(dy, p.ndim + 1, p.ndim + 2)
+            and _mergeable(dw, 0, 1)):
+        return None
+    return x.flatten(-2), dy.flatten(-2), dw.flatten(0, 1)
+
+
+def _phases_split(p, config: Config, device) -> int:
+    """The split of phase-split weight gradient ``p``'s reduction, one for all its phases: in one
+    launch (_phased_wgrad) counting the programs that have taps, else the most any phase takes."""
+    together = _phased_wgrad(p)
+    if together is None:
+        return max((_wgrad_split(phase.q, config, device) for phase in _wgrad_phases(p) if phase.q is not None),
+                   default=1)
+    taps3 = max(1, min(config.taps, together.taps[1]))
+    live_taps = sum(row[4] * cdiv(row[9], taps3) for row in together.rows)
+    return _wgrad_split(together.q, config, device, live_taps)
+
+
+def _prepare_phased_wgrad(p, config: Config):
+    """The prepared call of a weight gradient whose phases run in one launch (_phased_wgrad),
+    the launch bound once; None where ``run`` must do it (phases in several launches, or taps
+    that no phase reaches)."""
+    from .implicit_gemm_kernels import conv_wgrad_tma_kernel
+
+    form, views = _phased_wgrad(p), meta_views(p)
+    operands = _phase_operands(p, *views) if views is not None else None
+    if form is None or operands is None or form.phases != len(_wgrad_phases(p)):
+        return None
+    x, dy, dw = operands
+    partial = torch.empty((_phases_split(p, config, x.device), *dw.shape), device=x.device, dtype=torch.float32)
+    launch = _phased_wgrad_launch(p, form, x, dy, partial, config)
+    if launch is None:
+        return None
+    return _summing_call(p, BoundLaunch(conv_wgrad_tma_kernel, *launch, operands=(x, dy, partial)),
+                         partial.shape, config)
 
 
 @dataclass(frozen=True)
@@ -1072,7 +1113,7 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     per_split = cdiv(steps, split)
     taps3 = max(1, min(config.taps, form.taps[1]))
     tiles = form.taps[0] * cdiv(form.taps[1], taps3) * cdiv(O, bo) * cdiv(C, bc)
-    table = _phase_rows(form.rows, str(x.device))
+    table = _phase_rows(form.rows, p.device if x.device.type == "meta" else str(x.device))  # meta: prepared
     st = target.stride()
     args = (dy_desc, x_desc, target, table,
             N, C, O, split, per_split, form.phases,
