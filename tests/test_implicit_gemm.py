@@ -97,7 +97,8 @@ def test_gpu_defaults(monkeypatch):
         ("grouped3x3_g32", "dgrad"): "grouped", ("grouped3x3_g32", "wgrad"): "grouped",
         ("convT_3x3s2", "fwd"): "implicit_gemm", ("r50_1x1s2_down", "fwd"): "native",
         ("same_pad_s2", "fwd"): "native", ("unet_3x3_64", "fwd"): "implicit_gemm",
-        ("vae_3x3_256", "fwd"): "native", ("convT_4x4s2", "wgrad"): "native",
+        ("vae_3x3_256", "fwd"): "native", ("convT_4x4s2", "wgrad"): "implicit_gemm",  # phases in one launch
+        ("conv3d_3x3x3", "wgrad"): "implicit_gemm",  # 3 taps per program
         ("r50_3x3_14", "fwd"): "implicit_gemm", ("r50_3x3_28", "fwd"): "implicit_gemm",  # one wave
         ("r50_3x3_14", "dgrad"): "implicit_gemm", ("r50_1x1_56", "fwd"): "native",
     }
@@ -128,6 +129,9 @@ def test_gpu_defaults(monkeypatch):
     r50_down = make_problem((64, 56, 56, 128), (128, 3, 3, 128), stride=2, padding=1, dtype=torch.bfloat16,
                             device="cuda")
     assert planner._choose(r50_down.dgrad()).name == "implicit_gemm"
+    assert planner._choose(r50_down.wgrad()).name == "native"  # its phases in one launch lose to cuDNN
+    assert implicit_gemm.tma_route(r50_down.wgrad()) == (
+        " in 4 stride-1 phases over views of the operands, in one launch")
     assert planner._choose(cases["r50_1x1s2_down"].problem("cuda").dgrad()).name == "native"
 
 

@@ -265,7 +265,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     depthwise 64 us against 1.47 ms) and 2-D and 3-D ones of at most 64 output channels with 3
     taps along the last axis, which the TMA kernel computes sharing each dy box across the 3 taps
     in 64 x 64 tiles (r50_3x3_56 42.0 against 51.1 us, conv3d_3x3x3 198 against 202-207; at 256
-    channels, in 128 x 64 tiles, 40.5 against PyTorch's 37.0: PyTorch kept); small groups that do not pack (1.0-1.1x); forwards with
+    channels, in 128 x 64 tiles, 40.5 against PyTorch's 37.0: PyTorch kept), and 2-D transposed
+    ones whose phases run in one launch (a 3x3 stride-2 decoder layer's 37 against 43 us,
+    convT_4x4s2 118 against 117-120; strided forwards' in one launch lose: r50's 3x3 stride 2
+    47 against 45, 43 against 41, 46 against 37); small groups that do not pack (1.0-1.1x); forwards with
     symmetric padding (r50_3x3_56, r50_1x1_56, vae, conv3d, 1-D ones through a 2-D
     convolution: within 0-15%), except with more than 128 output channels that 128 does not
     divide (SD UNet's 320 run on the persistent TMA kernel: 97 against 110 us, fp16 98 against
@@ -315,6 +318,8 @@ def _measured_first(p: ConvProblem) -> str | None:
         if implicit_gemm.tma_reason(p) is None and not _host_bound(p):  # 64-wide tiles sharing dy's boxes
             config = implicit_gemm.tma_wgrad_config(p)
             if config.taps > 1 and config.block_m == 64:
+                return None
+            if any(d > 1 for d in p.input_dilation) and implicit_gemm.phases_in_one_launch(p):  # transposed
                 return None
         return "native"
     if depthwise.supports(p)[0]:

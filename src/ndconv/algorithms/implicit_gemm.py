@@ -1019,6 +1019,11 @@ def _phases_split(p, config: Config, device) -> int:
     return _wgrad_split(together.q, config, device, live_taps)
 
 
+def phases_in_one_launch(p) -> bool:
+    """Whether weight-gradient problem ``p``'s phases run in one launch on the TMA path."""
+    return tma_reason(p) is None and _phased_wgrad(p) is not None
+
+
 def _prepare_phased_wgrad(p, config: Config):
     """The prepared call of a weight gradient whose phases run in one launch (_phased_wgrad),
     the launch bound once; None where ``run`` must do it (phases in several launches, or taps
@@ -1369,7 +1374,8 @@ def tma_route(p) -> str:
     runner, taps = tma_runner(p), ", the last axis's taps folded into the channels"
     if runner is _run_tma_wgrad_phases:
         n = len(_wgrad_phases(p))
-        return f" in {n} stride-1 phase{'s' if n > 1 else ''} over views of the operands"
+        together = ", in one launch" if n > 1 and _phased_wgrad(p) is not None else ""
+        return f" in {n} stride-1 phase{'s' if n > 1 else ''} over views of the operands{together}"
     if runner is _run_folded:
         fold = _fold(p)
         folds = any(a[0] in ("fold", "step") for a in fold.axes)
