@@ -491,20 +491,30 @@ def test_tma_path_folds_strided_problems(x_shape, w_shape, args, monkeypatch):
         _check_tma(p, config, monkeypatch, "_run_folded", seed=4)
 
 
-@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
-def test_prepared_folded_call_binds_the_launch(pass_):
-    """A strided problem's prepared call (the weight rearranged per call, the launch bound once)
-    equals run's result bitwise and the reference, call after call; an unaligned input takes run."""
-    p = _problem_for_tma((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), torch.bfloat16)
-    if pass_ == "dgrad":  # a transposed convolution's input gradient: a strided forward
-        p = _problem_for_tma((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True),
-                             torch.bfloat16, "dgrad")
+@pytest.mark.parametrize("x_shape,w_shape,args,pass_", [
+    pytest.param((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), "fwd", id="4x4s2_asym"),
+    pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), "dgrad",
+                 id="convT_dgrad"),  # a transposed convolution's input gradient: a strided forward
+    pytest.param((2, 9, 9, 16), (16, 1, 1, 16), dict(stride=2, padding=([-1, 0], [0, 0])), "fwd",
+                 id="1x1s2_cropped"),  # the input's view starts past its first element; the weight as given
+    pytest.param((1, 11, 6, 16), (8, 3, 1, 16), dict(stride=(3, 2), padding=([2, 0], [-1, 0]), kernel_dilation=(2, 1),
+                                                    flip=True), "fwd", id="rows_dilated_flip"),
+])
+def test_prepared_folded_call_binds_the_launch(x_shape, w_shape, args, pass_, monkeypatch):
+    """A strided problem's prepared call (the launch bound once; per call only the weight's
+    flip or padding) equals run's result bitwise and the reference, call after call, without
+    building its operands' views again; an unaligned input takes run."""
+    p = _problem_for_tma(x_shape, w_shape, args, torch.bfloat16, pass_)
     assert implicit_gemm.tma_runner(p) is implicit_gemm._run_folded
     call = implicit_gemm.prepare(p, TMA_CONFIGS[0])
+    assert call is not None
     for seed in (1, 2):
         a, b = testing.random_operands(p, seed)
-        got = call(a, b)
-        assert torch.equal(got, testing.run_algorithm("implicit_gemm", p, a, b, TMA_CONFIGS[0]))
+        ran = testing.run_algorithm("implicit_gemm", p, a, b, TMA_CONFIGS[0])
+        with monkeypatch.context() as m:
+            m.setattr(implicit_gemm, "_folded_operands", lambda *args: pytest.fail("views built per call"))
+            got = call(a, b)
+        assert torch.equal(got, ran)
         testing.assert_close(got, testing.reference_result(p, a, b), testing.tolerance(p))
     shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
     shifted.copy_(a)

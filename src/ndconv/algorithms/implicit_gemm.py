@@ -1096,7 +1096,8 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     P1, P2 = form.periods
     positions = (dy.shape[1] // P1, 1, dy.shape[2] // P2) if form.phased == "dy" else (dy.shape[1], 1, dy.shape[2])
     box = _exact_box(positions, bk)
-    if box[0] > 1 and N / (cdiv(N, box[0]) * box[0]) < 0.5 or max(box) > TMA_BOX_MAX or max(bo, bc) > _TMA_WGRAD_BLOCK_MAX:
+    if (box[0] > 1 and N / (cdiv(N, box[0]) * box[0]) < 0.5 or max(box) > TMA_BOX_MAX
+            or max(bo, bc) > _TMA_WGRAD_BLOCK_MAX):
         return None
 
     def view(t, phased, block):  # [N, Q1, P1, Q2, P2*C] or [N, A, 1, B, C]
@@ -1267,11 +1268,7 @@ def _folded_operands(p, fold: Fold, x, w, out):
     C, q = p.in_channels, fold.q
     if fold.axes[-1][0] == "fold" and not (x.stride(-1) == 1 and x.stride(-2) == C):
         x = x.contiguous()  # the last axis's rows must hold s*C channels
-    wf = w.flip(tuple(range(1, p.ndim + 1))) if p.flip else w
-    taps = [a[1] * a[3] if a[0] == "fold" else k for a, k in zip(fold.axes, p.kernel)]
-    wp = w.new_zeros((w.shape[0], *taps, C))  # the taps of the folded kernel, past the kernel zero
-    wp[(slice(None), *(slice(a[2], a[2] + k) if a[0] == "fold" else slice(None)
-                       for a, k in zip(fold.axes, p.kernel)))] = wf
+    wp = _folded_weight(p, fold, w)
     for d, (a, so) in enumerate(zip(fold.axes, p.out_spatial)):  # one-tap axes: a view stepping by s
         if a[0] == "step":
             x = x.narrow(1 + d, a[2], (so - 1) * a[1] + 1)[(slice(None),) * (1 + d) + (slice(None, None, a[1]),)]
@@ -1282,11 +1279,26 @@ def _folded_operands(p, fold: Fold, x, w, out):
     return q, q.views(x.view(q.x_shape), wp.view(q.w_shape), out), last_taps
 
 
+def _folded_weight(p, fold: Fold, w):
+    """The weight of strided ``p``'s Fold from its natural [O, *K, C]: flipped where ``p``
+    flips, and where the last axis folds, its taps padded with zero taps to s*K' (e before the
+    kernel's, the rest after). ``w`` itself where neither (the kernel reads it in place)."""
+    if p.flip:
+        w = w.flip(tuple(range(1, p.ndim + 1)))
+    kind, *fold_last = fold.axes[-1]
+    if kind == "fold":
+        s, e, kf = fold_last
+        w = torch.nn.functional.pad(w, (0, 0, e, s * kf - e - p.kernel[-1]))
+    return w
+
+
 def _prepare_folded(p, config: Config):
-    """The prepared call of a strided problem over its Fold's view: the weight rearranged per
-    call (a few small torch ops), the kernel's launch bound once (through Triton's generic launch
-    and descriptors made per call, convT_4x4s2's input gradient cost 255-277 µs of host time
-    per call for 115 on the GPU). None where ``run`` must do it."""
+    """The prepared call of a strided problem over its Fold's view: the kernel's launch bound
+    once (through Triton's generic launch and descriptors made per call, convT_4x4s2's input
+    gradient cost 255-277 µs of host time per call for 115 on the GPU), and per call only the
+    weight's flip or padding (_folded_weight): the bound launch needs only the operands' base
+    addresses, which the views share with the natural tensors (but an input view's offset). None
+    where ``run`` must do it."""
     from .implicit_gemm_kernels import conv_fwd_tma_kernel
 
     fold, views = _fold(p), meta_views(p)
@@ -1294,16 +1306,19 @@ def _prepare_folded(p, config: Config):
         return None
     q, q_views, last_taps = _folded_operands(p, fold, *views)
     launch, empty = _tma_launch(q, *q_views, config, last_taps, fold.row_steps)
-    if launch is None or empty or launch[1][1].base is not q_views[1]:
+    if launch is None or empty or launch[1][1].base is not q_views[1] or q_views[2].storage_offset():
         return None
     bound = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=q_views)
+    x_offset = q_views[0].storage_offset()  # a one-tap axis's view stepping from -lo
+    dgrad = p.pass_ == "dgrad"  # its weight is the forward's with O and C swapped (p.views)
 
     def tma_or_gather(a, b, out):
-        _, operands, _ = _folded_operands(p, fold, *p.views(a, b, out))
-        if operands[0].data_ptr() % 16 or operands[1].data_ptr() % 16:  # TMA's rule: run's other paths
+        x = a.view(-1)[x_offset:] if x_offset else a
+        w = _folded_weight(p, fold, b.transpose(0, -1) if dgrad else b)
+        if x.data_ptr() % 16 or w.data_ptr() % 16:  # TMA's rule: run's other paths
             run(p, *p.views(a, b, out), config)
         else:
-            bound(*operands)
+            bound(x, w, out)
     return allocating(p, tma_or_gather)
 
 

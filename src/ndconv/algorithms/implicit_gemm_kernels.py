@@ -361,7 +361,7 @@ def conv_wgrad_tma_kernel(
     P2*C], so that a phase is a coordinate on axis 2 and an offset into the channels; row ph of
     ``phase_ptr`` (int32) holds dy's and x's (axis-2 coordinate, channel offset), the phase's
     tap count, kernel dilation and low pad per axis (1 and 3), and where its taps go in out
-    (first, step). Programs past a phase's taps return."""
+    (first, step). Programs past a phase's taps store nothing."""
     BLOCK_M: tl.constexpr = BB * B1 * B2 * B3
     c_tiles = tl.cdiv(CG, BLOCK_C)
     o_tiles = tl.cdiv(OG, BLOCK_O)
@@ -382,8 +382,10 @@ def conv_wgrad_tma_kernel(
     if PHASED:
         row = phase_ptr + phase * 14
         dy2, dyc, x2, xc = tl.load(row), tl.load(row + 1), tl.load(row + 2), tl.load(row + 3)
-        k1, kd1, lo1, out1, step1 = tl.load(row + 4), tl.load(row + 5), tl.load(row + 6), tl.load(row + 7), tl.load(row + 8)
-        k3, kd3, lo3, out3, step3 = tl.load(row + 9), tl.load(row + 10), tl.load(row + 11), tl.load(row + 12), tl.load(row + 13)
+        k1, kd1, lo1 = tl.load(row + 4), tl.load(row + 5), tl.load(row + 6)
+        out1, step1 = tl.load(row + 7), tl.load(row + 8)
+        k3, kd3, lo3 = tl.load(row + 9), tl.load(row + 10), tl.load(row + 11)
+        out3, step3 = tl.load(row + 12), tl.load(row + 13)
     T3 = tl.cdiv(SO3, B3)
     T2 = tl.cdiv(SO2, B2)
     T1 = tl.cdiv(SO1, B1)
