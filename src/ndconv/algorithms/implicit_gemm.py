@@ -1015,8 +1015,8 @@ def _phases_split(p, config: Config, device) -> int:
         return max((_wgrad_split(phase.q, config, device) for phase in _wgrad_phases(p) if phase.q is not None),
                    default=1)
     taps3 = max(1, min(config.taps, together.taps[1]))
-    live_taps = sum(row[4] * cdiv(row[9], taps3) for row in together.rows)
-    return _wgrad_split(together.q, config, device, live_taps)
+    programs = sum(k1 * cdiv(k3, taps3) for k1, k3 in together.phase_taps)  # per channel tile
+    return _wgrad_split(together.q, config, device, programs)
 
 
 def phases_in_one_launch(p) -> bool:
@@ -1052,9 +1052,13 @@ class PhasedWgrad:
     phased: str  # "x" or "dy"
     periods: tuple  # (P1, P2)
     taps: tuple  # the most taps of any phase, per axis (the grid's)
-    phases: int
+    phase_taps: tuple  # each phase's taps per axis
     q: object  # the weight-gradient problem of the phase of the most taps
     rows: tuple
+
+    @property
+    def phases(self) -> int:
+        return len(self.rows)
 
 
 @lru_cache(maxsize=256)
@@ -1081,8 +1085,9 @@ def _phased_wgrad(p):
         coords = (start[0], start[1] * O, 0, 0) if phased == "dy" else (0, 0, start[0], start[1] * C)
         per_axis = [(t[2], kd, lo, t[0], t[1]) for t, kd, lo in zip(phase.taps, phase.q.stride, phase.q.padding_lo)]
         rows.append((*coords, *per_axis[0], *per_axis[1]))
-    taps = tuple(max(phase.q.out_spatial[d] for phase in live) for d in range(2))
-    return PhasedWgrad(phased, periods, taps, len(live), max(live, key=lambda ph: math.prod(ph.q.out_spatial)).q,
+    phase_taps = tuple(phase.q.out_spatial for phase in live)  # the forward's kernel (swapped)
+    taps = tuple(max(t[d] for t in phase_taps) for d in range(2))
+    return PhasedWgrad(phased, periods, taps, phase_taps, max(live, key=lambda ph: math.prod(ph.q.out_spatial)).q,
                        tuple(rows))
 
 
