@@ -99,6 +99,7 @@ def test_gpu_defaults(monkeypatch):
         ("same_pad_s2", "fwd"): "native", ("unet_3x3_64", "fwd"): "implicit_gemm",
         ("vae_3x3_256", "fwd"): "native", ("convT_4x4s2", "wgrad"): "implicit_gemm",  # phases in one launch
         ("conv3d_3x3x3", "wgrad"): "implicit_gemm",  # 3 taps per program
+        ("r50_1x1_56", "wgrad"): "implicit_gemm",  # pointwise, a reduction 12x its weight
         ("r50_3x3_14", "fwd"): "implicit_gemm", ("r50_3x3_28", "fwd"): "implicit_gemm",  # one wave
         ("r50_3x3_14", "dgrad"): "implicit_gemm", ("r50_1x1_56", "fwd"): "native",
     }
@@ -383,7 +384,8 @@ def test_prepared_phased_weight_gradient_binds_the_launch(x_shape, w_shape, args
 
 def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():
     """2-D and 3-D stride-1 weight gradients with 3 taps along the last axis compute them in
-    one program (measured faster on the H200); others one tap per program."""
+    one program (measured faster on the H200); others one tap per program; pointwise ones in
+    64 x 64 tiles and 6 stages (faster on all of ResNet-50's 1x1 layers)."""
     from ndconv.api import make_problem
 
     def taps(x, w, **args):
@@ -395,6 +397,8 @@ def test_tma_weight_gradient_shares_dy_across_the_last_axis_taps():
     assert taps((8, 3000, 64), (64, 3, 64), padding=1) == 1  # 1-D: not measured
     assert taps((64, 56, 56, 64), (64, 5, 5, 64), padding=2) == 1  # 5 accumulators would spill
     assert taps((64, 56, 56, 64), (64, 3, 3, 64), stride=2, padding=1) == 1  # strided: phases
+    pointwise = make_problem((64, 28, 28, 512), (128, 1, 1, 512), dtype=torch.bfloat16, device="cpu").wgrad()
+    assert implicit_gemm.tma_wgrad_config(pointwise) == Config(64, 64, 64, 4, 6, tma=True)
 
 
 def test_exact_boxes_divide_the_output():
