@@ -22,7 +22,7 @@ import triton
 
 from ndconv import testing
 from ndconv.algorithms import depthwise, native
-from ndconv.bench import suites
+from ndconv.bench import runner, suites
 from ndconv.bench.timing import time_fn
 
 # (case, pass, configs to time: how many of depthwise.configs, which start with the default, or
@@ -59,7 +59,7 @@ def _baseline(p, pass_, sets, check):
     for f in native.formulations(p, pass_):
         prepared = [f.prepare(a, b) for a, b in sets]
         try:
-            ms = _time_checked(f.run, prepared, lambda r, f=f: check(f.to_natural(r)), 0.2)[0]
+            ms = _time_checked(f.run, prepared, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), 0.2)[0]
         except Exception as e:  # noqa: BLE001 - a formulation that fails is reported, not fatal
             print(f"    baseline {f.name}: {type(e).__name__}: {str(e)[:120]}", flush=True)
             continue

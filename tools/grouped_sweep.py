@@ -115,7 +115,7 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
     # PyTorch: every formulation (cuDNN, channels last), the fastest is the baseline
     for f in native.formulations(p, pass_):
         prepared = [f.prepare(a, b) for a, b in sets]
-        measure(f"torch {f.name}", f.run, lambda r, f=f: check(f.to_natural(r)), prepared)
+        measure(f"torch {f.name}", f.run, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), prepared)
 
     def algo(module, config):  # as a cached call runs it (its prepared call where it has one)
         return prepared_call(module, q, config)

@@ -119,7 +119,7 @@ def sweep_case(case, pass_, device, args, deadline, log) -> dict:
     baselines = {}
     for f in native.formulations(p, pass_):
         def check_baseline(result, f=f):
-            return check(f.to_natural(result))
+            return check(runner.baseline_natural(p, pass_, f, result))
 
         prepared = [f.prepare(a, b) for a, b in sets]
         baselines[f.name] = measure(f.run, prepared, check_baseline, device, args.repeat_budget)

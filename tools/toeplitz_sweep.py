@@ -25,6 +25,7 @@ from ndconv import testing
 from ndconv.algorithms import REGISTRY, native, toeplitz
 from ndconv.algorithms.toeplitz import Config
 from ndconv.api import make_problem
+from ndconv.bench import runner
 from ndconv.bench.timing import time_fn
 
 # (name, x shape, w shape, padding (lo, hi) or int, passes); the most important first. Each case
@@ -135,7 +136,7 @@ def run_case(name, x_shape, w_shape, padding, pass_, dtype, args, deadline) -> d
     row["pytorch"] = {}
     for f in native.formulations(p, pass_):
         prepared = [f.prepare(a, b) for a, b in sets]
-        row["pytorch"][f.name] = measure(f.run, prepared, lambda r, f=f: check(f.to_natural(r)), 0.2, device)
+        row["pytorch"][f.name] = measure(f.run, prepared, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), 0.2, device)
     timed = {k: v["ms"] for k, v in row["pytorch"].items() if "ms" in v}
     row["pytorch_ms"] = min(timed.values()) if timed else None
 

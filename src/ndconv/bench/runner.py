@@ -113,6 +113,14 @@ def _measure(fn, prepared_sets, check, device):
             "host_us": t.host_us, "max_rel_err": report.max_rel_err}
 
 
+def baseline_natural(p: ConvProblem, pass_: str, formulation, result):
+    """A baseline formulation's result for forward problem ``p``'s pass in ndconv's natural
+    layout. ndconv's weight-gradient pass computes the gradient of the weight as read, reversed
+    when the problem flips; PyTorch's is the weight's own, so it is reversed here."""
+    out = formulation.to_natural(result)
+    return out.flip(tuple(range(1, 1 + p.ndim))) if pass_ == "wgrad" and p.flip else out
+
+
 def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, algorithms, seed: int = 0) -> dict:
     """One row: baseline formulations, ndconv algorithms and the planner on one case and pass."""
     p = case.problem(device)
@@ -120,9 +128,6 @@ def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, alg
     sets = testing.operand_sets(q, seed, device)
     ref, take, checked_on = _reference_slice(q, *sets[0], device)
     tol = testing.tolerance(q)
-    # ndconv's weight-gradient pass computes the gradient of the weight as read, reversed when the
-    # problem flips; PyTorch's is the weight's own, so it is reversed before comparing
-    flip_baseline = pass_ == "wgrad" and p.flip
 
     def check(result):
         return testing.compare(take(result), ref, tol)
@@ -139,8 +144,7 @@ def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, alg
     for f in native.formulations(p, pass_):
 
         def check_baseline(result, f=f):
-            out = f.to_natural(result)
-            return check(out.flip(tuple(range(1, 1 + p.ndim))) if flip_baseline else out)
+            return check(baseline_natural(p, pass_, f, result))
 
         prepared = [f.prepare(a, b) for a, b in sets]
         row["baseline_formulations"][f.name] = _measure(f.run, prepared, check_baseline, device)
