@@ -270,7 +270,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     convT_4x4s2 118 against 117-120; strided forwards' in one launch lose: r50's 3x3 stride 2
     47 against 45, 43 against 41, 46 against 37), and pointwise ones whose reduction is at least
     4x their weight's size (ResNet-50's 1x1 layers at 56x56: 44.5 against 49.9 and 58.8 us; at
-    28x28 and below PyTorch's wins, 17-31 against 22-34); small groups that do not pack (1.0-1.1x); forwards with
+    28x28 and below PyTorch's is faster or within 3%, 17-31 against 22-34); small groups that
+    do not pack (1.0-1.1x); forwards with
     symmetric padding (r50_3x3_56, r50_1x1_56, vae, conv3d, 1-D ones through a 2-D
     convolution: within 0-15%), except with more than 128 output channels that 128 does not
     divide (SD UNet's 320 run on the persistent TMA kernel: 97 against 110 us, fp16 98 against
@@ -323,7 +324,8 @@ def _measured_first(p: ConvProblem) -> str | None:
                 return None
             if any(d > 1 for d in p.input_dilation) and implicit_gemm.phases_in_one_launch(p):  # transposed
                 return None
-            pointwise = all(k == 1 for k in p.out_spatial) and all(s == 1 for s in p.kernel_dilation)
+            pointwise = all(k == 1 for k in p.out_spatial) and all(
+                s == 1 for s in (*p.kernel_dilation, *p.input_dilation))
             positions = p.x_shape[-1] * math.prod(p.kernel)  # the forward's N*S_out (ConvProblem.wgrad swaps)
             if pointwise and positions >= 4 * p.out_channels * p.x_shape[0]:  # long reductions into small dw
                 return None
