@@ -246,16 +246,23 @@ def test_prepared_weight_gradient_binds_the_launch(x_shape, w_shape, args, monke
     from ndconv.api import make_problem
 
     p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
+    _check_prepared_weight_gradient(p, "_tma_wgrad_launch", monkeypatch)
+
+
+def _check_prepared_weight_gradient(p, launcher: str, monkeypatch):
+    """``p``'s prepared call per config: equal to run's result bitwise (the same sums, rounded
+    once, on the GPU too) and to the reference; no launch built (``launcher``) after its first
+    call; an unaligned operand through run."""
     for config in TMA_WGRAD_CONFIGS[:2]:
         call = implicit_gemm.prepare(p, config)
         assert call is not None
         a, b = testing.random_operands(p, 1)
         got, ran = call(a, b), torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
         implicit_gemm.run(p, *p.views(a, b, ran), config)
-        assert torch.equal(got, ran), config  # the same sums, rounded once (on the GPU too)
+        assert torch.equal(got, ran), config
         testing.assert_close(got, testing.reference_result(p, a, b), testing.tolerance(p), str(config))
         with monkeypatch.context() as m:
-            m.setattr(implicit_gemm, "_tma_wgrad_launch", lambda *args: pytest.fail("a launch was built per call"))
+            m.setattr(implicit_gemm, launcher, lambda *args: pytest.fail("a launch was built per call"))
             a, b = testing.random_operands(p, 2)
             testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
         shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
@@ -364,20 +371,7 @@ def test_prepared_phased_weight_gradient_binds_the_launch(x_shape, w_shape, args
     from ndconv.api import make_problem
 
     p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
-    for config in TMA_WGRAD_CONFIGS[:2]:
-        call = implicit_gemm.prepare(p, config)
-        assert call is not None
-        a, b = testing.random_operands(p, 1)
-        got, ran = call(a, b), torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
-        implicit_gemm.run(p, *p.views(a, b, ran), config)
-        assert torch.equal(got, ran), config
-        with monkeypatch.context() as m:
-            m.setattr(implicit_gemm, "_phased_wgrad_launch", lambda *args: pytest.fail("a launch was built per call"))
-            a, b = testing.random_operands(p, 2)
-            testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
-        shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
-        shifted.copy_(a)
-        testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
+    _check_prepared_weight_gradient(p, "_phased_wgrad_launch", monkeypatch)
     odd = make_problem((2, 7, 8, 16), (16, 3, 3, 16), dtype=torch.bfloat16, device=DEVICE, stride=2, padding=1)
     assert implicit_gemm.prepare(odd.wgrad(), TMA_WGRAD_CONFIGS[0]) is None
 

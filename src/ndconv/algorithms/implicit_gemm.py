@@ -810,10 +810,10 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
         x_strides, dy_strides = [0, 0, 0, x.stride(D), 1], [0, 0, 0, dy.stride(D), 1]
         box = (1, 1, 1, bk)
     else:
-        box = _exact_box(SO, bk)
-        if box[0] > 1 and N / (cdiv(N, box[0]) * box[0]) < 0.5:
-            return None
-    if max(box) > TMA_BOX_MAX or max(bo, bc) > _TMA_WGRAD_BLOCK_MAX:
+        box = _wgrad_box(SO, N, bk)
+    taps3 = max(1, min(config.taps, K[2]))
+    meta = _wgrad_meta(p, box, taps3, config, phased=False)
+    if meta is None:
         return None
     dy_desc = _descriptor(dy, [N, *SO, G * Og], dy_strides, [*box, bo])
     x_desc = _descriptor(x, [N, *S, G * Cg], x_strides, [*box, bc])
@@ -821,7 +821,6 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
         return None
     bb, b1, b2, b3 = box
     steps = cdiv(N, bb) * cdiv(SO[0], b1) * cdiv(SO[1], b2) * cdiv(SO[2], b3)
-    taps3 = max(1, min(config.taps, K[2]))
     tiles = K[0] * K[1] * cdiv(K[2], taps3) * cdiv(Og, bo) * cdiv(Cg, bc) * G
     if partial is None:
         per_split = cdiv(steps, _wgrad_split(p, config, x.device))
@@ -835,10 +834,24 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
             N, Cg, Og, split, per_split, 1,
             *SO, *K, *KD, *LO,
             st[0], st[1], st[2], *spatial_strides(target, 3, D), st[-1])
-    meta = dict(PHASED=False, PRECISION=_precision(p), UPCAST=INTERPRET,
-                BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_O=bo, BLOCK_C=bc, TAPS3=taps3,
-                num_warps=config.num_warps, num_stages=config.num_stages)
     return ((tiles // G, G * split), args, meta), (x, dy), dw, target
+
+
+def _wgrad_box(out_spatial, batch: int, positions: int):
+    """The TMA weight gradient's box of ``positions`` output positions (_exact_box over 3 axes
+    of ``batch`` images), or None where its batch side wastes half a tile."""
+    box = _exact_box(out_spatial, positions)
+    return None if box[0] > 1 and batch / (cdiv(batch, box[0]) * box[0]) < 0.5 else box
+
+
+def _wgrad_meta(p, box, taps3: int, config: Config, phased: bool):
+    """The TMA weight-gradient kernel's compile-time arguments, or None where there is no box
+    or it or the channel tiles exceed TMA's or the kernel's limits."""
+    if box is None or max(box) > TMA_BOX_MAX or max(config.block_m, config.block_n) > _TMA_WGRAD_BLOCK_MAX:
+        return None
+    return dict(PHASED=phased, PRECISION=_precision(p), UPCAST=INTERPRET,
+                BB=box[0], B1=box[1], B2=box[2], B3=box[3], BLOCK_O=config.block_m, BLOCK_C=config.block_n,
+                TAPS3=taps3, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
 def _prepare_wgrad(p, config: Config):
@@ -1107,9 +1120,10 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     N, C, O = x.shape[0], x.shape[-1], dy.shape[-1]
     P1, P2 = form.periods
     positions = (dy.shape[1] // P1, 1, dy.shape[2] // P2) if form.phased == "dy" else (dy.shape[1], 1, dy.shape[2])
-    box = _exact_box(positions, bk)
-    if (box[0] > 1 and N / (cdiv(N, box[0]) * box[0]) < 0.5 or max(box) > TMA_BOX_MAX
-            or max(bo, bc) > _TMA_WGRAD_BLOCK_MAX):
+    box = _wgrad_box(positions, N, bk)
+    taps3 = max(1, min(config.taps, form.taps[1]))
+    meta = _wgrad_meta(p, box, taps3, config, phased=True)
+    if meta is None:
         return None
 
     def view(t, phased, block):  # [N, Q1, P1, Q2, P2*C] or [N, A, 1, B, C]
@@ -1129,7 +1143,6 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     split = target.shape[0]
     steps = cdiv(N, box[0]) * cdiv(positions[0], box[1]) * cdiv(positions[2], box[3])
     per_split = cdiv(steps, split)
-    taps3 = max(1, min(config.taps, form.taps[1]))
     tiles = form.taps[0] * cdiv(form.taps[1], taps3) * cdiv(O, bo) * cdiv(C, bc)
     table = _phase_rows(form.rows, p.device if x.device.type == "meta" else str(x.device))  # meta: prepared
     st = target.stride()
@@ -1137,9 +1150,6 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
             N, C, O, split, per_split, form.phases,
             *positions, form.taps[0], 1, form.taps[1], 1, 1, 1, 0, 0, 0,
             st[0], 0, st[1], st[2], 0, st[3], st[4])
-    meta = dict(PHASED=True, PRECISION=_precision(p), UPCAST=INTERPRET,
-                BB=box[0], B1=box[1], B2=box[2], B3=box[3], BLOCK_O=bo, BLOCK_C=bc, TAPS3=taps3,
-                num_warps=config.num_warps, num_stages=config.num_stages)
     return (tiles, form.phases * split), args, meta
 
 
