@@ -33,7 +33,7 @@ class Capture:
 def compile_sm90(fn, args, kwargs):
     """``fn`` compiled for sm_90 as a launch ``fn[grid](*args, **kwargs)`` would compile it."""
     kwargs = dict(kwargs)
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
     signature, constexprs, attrs = {}, dict(kwargs), {}
     for i, (name, value) in enumerate(zip(fn.arg_names, args)):
         if fn.params[i].is_constexpr:
