@@ -493,6 +493,8 @@ def test_tma_path_folds_strided_problems(x_shape, w_shape, args, monkeypatch):
     pytest.param((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), "fwd", id="4x4s2_asym"),
     pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), "dgrad",
                  id="convT_dgrad"),  # a transposed convolution's input gradient: a strided forward
+    pytest.param((2, 4, 5, 16), (8, 2, 2, 16), dict(input_dilation=2, padding=1, flip=True), "dgrad",
+                 id="convT_2x2s2_dgrad"),  # its weight, a transposed view, copied to fold (unpadded)
     pytest.param((2, 9, 9, 16), (16, 1, 1, 16), dict(stride=2, padding=([-1, 0], [0, 0])), "fwd",
                  id="1x1s2_cropped"),  # the input's view starts past its first element; the weight as given
     pytest.param((1, 11, 6, 16), (8, 3, 1, 16), dict(stride=(3, 2), padding=([2, 0], [-1, 0]), kernel_dilation=(2, 1),
@@ -535,10 +537,16 @@ def test_folded_taps_skip_the_channels_of_zero_weights(x_shape, w_shape, args, l
     assert seen == [last_taps] and report.ok, (seen, report)
 
 
-def test_tma_path_folds_the_input_gradient_of_a_transposed_convolution(monkeypatch):
-    p = _problem_for_tma((2, 6, 16), (16, 4, 16), dict(input_dilation=2, padding=2, flip=True),
-                         torch.float16, "dgrad")
-    assert p.stride == (2,) and implicit_gemm.tma_reason(p) is None
+@pytest.mark.parametrize("x_shape,w_shape,args", [
+    pytest.param((2, 6, 16), (16, 4, 16), dict(input_dilation=2, padding=2, flip=True), id="1d_k4s2"),
+    # kernels spanning whole strides: the folded weight is the input gradient's transposed view
+    # itself, unpadded (once a view error on the GPU)
+    pytest.param((2, 5, 16), (16, 3, 16), dict(input_dilation=3, padding=2, flip=True), id="1d_k3s3"),
+    pytest.param((2, 4, 5, 16), (8, 2, 2, 16), dict(input_dilation=2, padding=1, flip=True), id="2x2s2"),
+])
+def test_tma_path_folds_the_input_gradient_of_a_transposed_convolution(x_shape, w_shape, args, monkeypatch):
+    p = _problem_for_tma(x_shape, w_shape, args, torch.float16, "dgrad")
+    assert all(s > 1 for s in p.stride) and implicit_gemm.tma_reason(p) is None
     _check_tma(p, TMA_CONFIGS[0], monkeypatch, "_run_folded", seed=6)
 
 

@@ -1304,13 +1304,15 @@ def _folded_operands(p, fold: Fold, x, w, out):
 def _folded_weight(p, fold: Fold, w):
     """The weight of strided ``p``'s Fold from its natural [O, *K, C]: flipped where ``p``
     flips, and where the last axis folds, its taps padded with zero taps to s*K' (e before the
-    kernel's, the rest after). ``w`` itself where neither (the kernel reads it in place)."""
+    kernel's, the rest after) and contiguous, so that the taps merge into the channels (an input
+    gradient's weight is a transposed view, and padding by nothing, where the kernel spans whole
+    strides, copies nothing). ``w`` itself where neither (the kernel reads it in place)."""
     if p.flip:
         w = w.flip(tuple(range(1, p.ndim + 1)))
     kind, *fold_last = fold.axes[-1]
     if kind == "fold":
         s, e, kf = fold_last
-        w = torch.nn.functional.pad(w, (0, 0, e, s * kf - e - p.kernel[-1]))
+        w = torch.nn.functional.pad(w, (0, 0, e, s * kf - e - p.kernel[-1])).contiguous()
     return w
 
 
