@@ -136,6 +136,26 @@ def test_gpu_defaults(monkeypatch):
     assert planner._choose(cases["r50_1x1s2_down"].problem("cuda").dgrad()).name == "native"
 
 
+@pytest.mark.parametrize("case", testing.CASES, ids=lambda c: c.name)
+def test_shared_cases_on_the_tma_path_the_gpu_takes(case, monkeypatch):
+    """The shared tiny cases in float32 with TF32 allowed (the GPU's default), every pass the
+    TMA path takes, with the GPU's default tiles, against the reference. A CPU's defaults take
+    the gather kernel (and its float32 no TF32), so without this CI would not reach these
+    paths: an input gradient's fold once raised a view error only on the H200. Where the
+    operands break TMA's rules (a 12-byte weight row), the gather kernel runs, as on the GPU."""
+    p = replace(case.problem(dtype=torch.float32, device=DEVICE), allow_tf32=True)
+    for q in (p, p.dgrad(), p.wgrad()):
+        q = replace(q, allow_tf32=True)
+        if not implicit_gemm.supports(q)[0] or implicit_gemm.tma_reason(q) is not None:
+            continue
+        config = implicit_gemm.tma_wgrad_config(q) if q.pass_ == "wgrad" else implicit_gemm.tma_config(q)
+        taken, real = [], implicit_gemm.tma_runner
+        with monkeypatch.context() as m:
+            m.setattr(implicit_gemm, "tma_runner", lambda r: lambda *a: taken.append(real(r)(*a)) or taken[-1])
+            report = testing.check("implicit_gemm", q, seed=3, config=config)
+        assert len(taken) == 1 and report.ok, (q, config, taken, report)  # tried (False: its tensors refused)
+
+
 def test_phases_of_an_input_dilated_problem():
     """dgrad of a stride-2, dilation-2 conv: odd outputs see no tap (they are zero) and even
     outputs read every tap; the table holds only the phases with taps."""
