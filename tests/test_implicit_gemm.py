@@ -136,6 +136,16 @@ def test_gpu_defaults(monkeypatch):
     assert planner._choose(cases["r50_1x1s2_down"].problem("cuda").dgrad()).name == "native"
 
 
+def _recording(tma_runner, taken):
+    """tma_runner whose runners append what they return (False: the tensors were refused)."""
+    def runner_of(p):
+        def run(*args):
+            taken.append(tma_runner(p)(*args))
+            return taken[-1]
+        return run
+    return runner_of
+
+
 @pytest.mark.parametrize("case", testing.CASES, ids=lambda c: c.name)
 def test_shared_cases_on_the_tma_path_the_gpu_takes(case, monkeypatch):
     """The shared tiny cases in float32 with TF32 allowed (the GPU's default), every pass the
@@ -149,9 +159,9 @@ def test_shared_cases_on_the_tma_path_the_gpu_takes(case, monkeypatch):
         if not implicit_gemm.supports(q)[0] or implicit_gemm.tma_reason(q) is not None:
             continue
         config = implicit_gemm.tma_wgrad_config(q) if q.pass_ == "wgrad" else implicit_gemm.tma_config(q)
-        taken, real = [], implicit_gemm.tma_runner
+        taken = []
         with monkeypatch.context() as m:
-            m.setattr(implicit_gemm, "tma_runner", lambda r: lambda *a: taken.append(real(r)(*a)) or taken[-1])
+            m.setattr(implicit_gemm, "tma_runner", _recording(implicit_gemm.tma_runner, taken))
             report = testing.check("implicit_gemm", q, seed=3, config=config)
         assert len(taken) == 1 and report.ok, (q, config, taken, report)  # tried (False: its tensors refused)
 
