@@ -767,6 +767,11 @@ def _sum_partials(dw, partial):
     dw.copy_(partial[0] if partial.shape[0] == 1 else partial.sum(0))
 
 
+def _taps3(config: Config, k3: int) -> int:
+    """The weight gradient's taps along the last axis per program (sharing each dy box), of k3."""
+    return max(1, min(config.taps, k3))
+
+
 def _wgrad_split(p, config: Config, device, taps: int = 0) -> int:
     """How many programs share weight-gradient problem ``p``'s reduction over the forward's
     output positions (config.split_k where set): each at least 8 steps, and as many as make two
@@ -778,7 +783,7 @@ def _wgrad_split(p, config: Config, device, taps: int = 0) -> int:
         return config.split_k
     Cg, Og = group_channels(p)
     kernel, positions = p.out_spatial, p.x_shape[-1] * math.prod(p.kernel)  # the forward's (swapped)
-    taps = taps or math.prod(kernel[:-1]) * cdiv(kernel[-1], max(1, min(config.taps, kernel[-1])))
+    taps = taps or math.prod(kernel[:-1]) * cdiv(kernel[-1], _taps3(config, kernel[-1]))
     tiles = taps * cdiv(Og, config.block_m) * cdiv(Cg, config.block_n) * p.groups
     return max(1, min(2 * sm_count(device) // tiles, cdiv(positions, config.block_k) // 8))
 
@@ -811,7 +816,7 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
         box = (1, 1, 1, bk)
     else:
         box = _wgrad_box(SO, N, bk)
-    taps3 = max(1, min(config.taps, K[2]))
+    taps3 = _taps3(config, K[2])
     meta = _wgrad_meta(p, box, taps3, config, phased=False)
     if meta is None:
         return None
@@ -1034,7 +1039,7 @@ def _phases_split(p, config: Config, device) -> int:
     if together is None:
         return max((_wgrad_split(phase.q, config, device) for phase in _wgrad_phases(p) if phase.q is not None),
                    default=1)
-    taps3 = max(1, min(config.taps, together.taps[1]))
+    taps3 = _taps3(config, together.taps[1])
     programs = sum(k1 * cdiv(k3, taps3) for k1, k3 in together.phase_taps)  # per channel tile
     return _wgrad_split(together.q, config, device, programs)
 
@@ -1121,7 +1126,7 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     P1, P2 = form.periods
     positions = (dy.shape[1] // P1, 1, dy.shape[2] // P2) if form.phased == "dy" else (dy.shape[1], 1, dy.shape[2])
     box = _wgrad_box(positions, N, bk)
-    taps3 = max(1, min(config.taps, form.taps[1]))
+    taps3 = _taps3(config, form.taps[1])
     meta = _wgrad_meta(p, box, taps3, config, phased=True)
     if meta is None:
         return None
