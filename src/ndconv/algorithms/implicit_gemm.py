@@ -452,8 +452,9 @@ _SM_COUNT_H200 = 132  # the GPU the tiles were measured on
 def tma_config(p) -> Config:
     """The TMA path's tiles. The product is computed as [output channels, positions], so
     block_n is wgmma's M (64 per warpgroup) and block_m its N. The kernel is not
-    warp-specialised (Triton 3.6's warp-specialised loop faults on Hopper: PERFORMANCE.md), so
-    a CTA's pipeline fill and epilogue overlap only other CTAs' main loops: the tiles are chosen
+    warp-specialised (on Hopper, Triton 3.6's warp-specialised loop over these boxes faults or
+    computes wrong results, with descriptors made on the host or in the kernel: PERFORMANCE.md),
+    so a CTA's pipeline fill and epilogue overlap only other CTAs' main loops: the tiles are chosen
     for CTAs per SM as much as for the tile's own rate. Measured on the H200 (tools/tma_sweep.py,
     bf16):
 
