@@ -324,10 +324,8 @@ def _measured_first(p: ConvProblem) -> str | None:
                 return None
             if any(d > 1 for d in p.input_dilation) and implicit_gemm.phases_in_one_launch(p):  # transposed
                 return None
-            pointwise = all(k == 1 for k in p.out_spatial) and all(
-                s == 1 for s in (*p.kernel_dilation, *p.input_dilation))
-            positions = p.x_shape[-1] * math.prod(p.kernel)  # the forward's N*S_out (ConvProblem.wgrad swaps)
-            if pointwise and positions >= 4 * p.out_channels * p.x_shape[0]:  # long reductions into small dw
+            if (implicit_gemm.pointwise_wgrad(p)  # long reductions into small dw
+                    and implicit_gemm.wgrad_positions(p) >= 4 * p.out_channels * p.x_shape[0]):
                 return None
         return "native"
     if depthwise.supports(p)[0]:

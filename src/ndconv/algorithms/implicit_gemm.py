@@ -702,7 +702,7 @@ def tma_wgrad_config(p) -> Config:
     block_o = 128 if Og >= 128 else 64
     block_c = _pow2_at_least(Cg, 16, 128)
     taps3 = p.out_spatial[-1]  # the forward's kernel along the last axis
-    if _plain_wgrad(p) and all(k == 1 for k in p.out_spatial):
+    if pointwise_wgrad(p):
         return Config(64, min(block_c, 64), 64, 4, 6, tma=True)
     if p.ndim >= 2 and _plain_wgrad(p) and taps3 == WGRAD_TAPS_MAX:
         return Config(block_o, min(block_c, 64), 64, 4, 3, tma=True, taps=taps3)
@@ -783,7 +783,7 @@ def _wgrad_split(p, config: Config, device, taps: int = 0) -> int:
     if config.split_k:
         return config.split_k
     Cg, Og = group_channels(p)
-    kernel, positions = p.out_spatial, p.x_shape[-1] * math.prod(p.kernel)  # the forward's (swapped)
+    kernel, positions = p.out_spatial, wgrad_positions(p)  # the forward's kernel (swapped)
     taps = taps or math.prod(kernel[:-1]) * cdiv(kernel[-1], _taps3(config, kernel[-1]))
     tiles = taps * cdiv(Og, config.block_m) * cdiv(Cg, config.block_n) * p.groups
     return max(1, min(2 * sm_count(device) // tiles, cdiv(positions, config.block_k) // 8))
@@ -901,6 +901,17 @@ def _plain_wgrad(p) -> bool:
     """Whether weight-gradient problem ``p``'s forward has stride 1 and no input dilation (its
     kernel dilation is the forward's stride): one phase, the TMA kernel on the operands."""
     return all(s == 1 for s in p.kernel_dilation) and all(d == 1 for d in p.input_dilation)
+
+
+def pointwise_wgrad(p) -> bool:
+    """Whether weight-gradient problem ``p`` is a 1x1 stride-1 forward's: one GEMM over N*S rows."""
+    return _plain_wgrad(p) and all(k == 1 for k in p.out_spatial)  # the forward's kernel (swapped)
+
+
+def wgrad_positions(p) -> int:
+    """The forward's output positions N*S_out that weight-gradient problem ``p`` reduces over
+    (ConvProblem.wgrad swaps the batch into x's channels and the forward's output into w's taps)."""
+    return p.x_shape[-1] * math.prod(p.kernel)
 
 
 @dataclass(frozen=True)
