@@ -235,6 +235,50 @@ def test_tma_path_input_gradient(x_shape, w_shape, args, monkeypatch):
     _check_tma(p, TMA_CONFIGS[0], monkeypatch)
 
 
+POINTWISE_CASES = [  # plain GEMMs over N*S rows: ragged rows, channels not multiples of a step or tile
+    pytest.param((2, 5, 6, 24), (20, 1, 1, 24), id="2d"),
+    pytest.param((3, 37, 40), (72, 1, 40), id="1d"),
+    pytest.param((1, 3, 4, 5, 16), (8, 1, 1, 1, 16), id="3d"),
+]
+POINTWISE_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, pointwise=True),
+                     Config(16, 32, 32, 4, 3, tma=True, pointwise=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("x_shape,w_shape", POINTWISE_CASES)
+def test_pointwise_kernel_matches_reference(x_shape, w_shape, dtype, monkeypatch):
+    """1x1 stride-1 forwards as one GEMM (pointwise_fwd_kernel), through run and a prepared call."""
+    p = _problem_for_tma(x_shape, w_shape, {}, dtype)
+    assert implicit_gemm.pointwise_gemm(p)
+    launches = []
+    real = implicit_gemm._pointwise_launch
+    monkeypatch.setattr(implicit_gemm, "_pointwise_launch", lambda *a: launches.append(real(*a)) or launches[-1])
+    for config in POINTWISE_CONFIGS:
+        _check_tma(p, config, monkeypatch)
+        assert launches and launches[-1] is not None, f"pointwise_fwd_kernel did not run {p} with {config}"
+        call = implicit_gemm.prepare(p, config)
+        for seed in (1, 2):
+            a, b = testing.random_operands(p, seed)
+            testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
+def test_pointwise_gemm_is_only_the_plain_gemm():
+    from ndconv.api import make_problem
+
+    def pointwise(x, w, dtype=torch.bfloat16, **args):
+        return implicit_gemm.pointwise_gemm(make_problem(x, w, dtype=dtype, device="cpu", **args))
+
+    assert pointwise((2, 5, 6, 24), (20, 1, 1, 24))
+    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), dtype=torch.float32)  # TF32: the convolution kernel
+    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), stride=2)
+    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), padding=1)
+    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), input_dilation=2)
+    assert not pointwise((2, 5, 6, 24), (24, 1, 1, 12), groups=2)
+    assert not pointwise((2, 5, 6, 24), (20, 3, 3, 24), padding=1)
+    assert not implicit_gemm.pointwise_gemm(
+        make_problem((2, 5, 6, 24), (20, 1, 1, 24), dtype=torch.bfloat16, device="cpu").dgrad())
+
+
 TMA_WGRAD_CASES = [  # output sides with power-of-two factors, so that exact boxes exist
     pytest.param((2, 4, 8, 16), (16, 3, 3, 16), dict(padding=1), id="2d_3x3"),
     pytest.param((4, 6, 6, 8), (16, 3, 3, 8), dict(padding=([2, 0], [0, 2])), id="2d_asym_pad"),
@@ -767,7 +811,9 @@ def test_tma_config_tiles():
     assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True, persistent=1)
     assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 64, 64, 4, 3, tma=True)  # 392 tiles
     assert config((64, 28, 28, 128), (128, 3, 3, 128), padding=1) == Config(128, 128, 64, 4, 2, tma=True)  # one wave
-    assert config((64, 56, 56, 64), (256, 1, 1, 64)) == Config(128, 128, 64, 4, 2, tma=True)  # one reduction step
+    assert config((64, 56, 56, 64), (256, 1, 1, 64)) == Config(128, 128, 64, 4, 4, tma=True, pointwise=True)
+    assert config((64, 56, 56, 256), (64, 1, 1, 256)).block_n == 64  # pointwise, 64 output channels
+    assert not config((64, 14, 14, 1024), (256, 1, 1, 1024)).pointwise  # 196 tiles: a last wave half full
     assert config((64, 32, 32, 256), (128, 4, 4, 256), stride=1, padding=2, input_dilation=2,
                   flip=True) == Config(128, 128, 64, 8, 3, tma=True)  # long phases over many tiles
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group

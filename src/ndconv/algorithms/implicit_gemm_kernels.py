@@ -336,6 +336,39 @@ def conv_fwd_tma_kernel(
 
 
 @triton.jit
+def pointwise_fwd_kernel(
+    x_desc, w_desc, y, M, O, C, syo,
+    INT64: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """y[m, o] = sum_c x[m, c] * w[o, c]: a 1x1 convolution at stride 1 without padding is this
+    plain GEMM over channels-last rows (``x_desc`` [M, C], ``w_desc`` [O, C], ``y`` rows of
+    stride ``syo``). Its reduction is short (r50's 64 channels: one step), so a tile's epilogue
+    is much of its time. One program an SM loops over the tiles (a row block's channel tiles
+    adjacent, sharing x in L2), the loops flattened into one that Triton pipelines across
+    tiles: the next tile's loads are in flight during this tile's stores. Unlike the
+    convolution kernel's 5-D boxes, these 2-D boxes make that pay (r50_1x1_56 on the H200: 44
+    against 49 us; not flattened 70). Not ``warp_specialize``: on Hopper Triton 3.6's
+    producer/consumer split of this loop hangs the GPU (PERFORMANCE.md, eighteenth session)."""
+    n_tiles = tl.cdiv(O, BLOCK_N)
+    steps = tl.cdiv(C, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * n_tiles, tl.num_programs(0), flatten=True):
+        m0 = tile // n_tiles * BLOCK_M
+        o0 = tile % n_tiles * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(steps):
+            a = x_desc.load([m0, kk * BLOCK_K])
+            b = w_desc.load([o0, kk * BLOCK_K])
+            acc = dot(a, tl.trans(b), acc, PRECISION, UPCAST)
+        rows = m0 + tl.arange(0, BLOCK_M)
+        cols = o0 + tl.arange(0, BLOCK_N)
+        if INT64:
+            rows = rows.to(tl.int64)
+        tl.store(y + rows[:, None] * syo + cols[None, :], acc.to(y.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < O))
+
+
+@triton.jit
 def conv_wgrad_tma_kernel(
     dy_desc, x_desc, out_ptr, phase_ptr,
     N, CG, OG, SPLIT, STEPS_PER_SPLIT, NPHASE,
