@@ -19,7 +19,10 @@ tile of a tap is a box of the channels-last input shifted by the tap, so the ten
 accelerator (TMA) loads it, and fills what falls outside the input with zeros, which is the
 padding: no masks, no per-element addresses, loads pipelined on barriers and fed to wgmma from
 shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) times a block
-of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Strided
+of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Forwards
+that are one plain GEMM over the N*S rows (1x1, stride 1: ``pointwise_gemm``) take their own
+kernel (``Config.pointwise``), a persistent loop over 2-D boxes that overlaps a tile's stores
+with the next tile's loads. Strided
 problems fold into stride-1 ones over a view of the input where they can (``Fold``); stems
 (at most 4 input channels) over a space-to-depth copy. The weight gradient at stride 1 has a TMA
 kernel too: per tap, dy's box of positions and x's box shifted by the tap (split-K as above);
