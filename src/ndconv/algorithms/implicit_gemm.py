@@ -474,7 +474,7 @@ def tma_config(p) -> Config:
     15.9)."""
     if pointwise_gemm(p):
         config = Config(128, 64 if p.out_channels <= 64 else 128, _tma_block_k(p), 4, 4, tma=True, pointwise=True)
-        tiles, sms = cdiv(p.gemm_mnk[0], config.block_m) * cdiv(p.out_channels, config.block_n), _SM_COUNT_H200
+        tiles, sms = _tile_count(p, config.block_m, config.block_n), _SM_COUNT_H200
         if tiles <= sms or tiles >= 0.75 * cdiv(tiles, sms) * sms:
             return config
     return conv_tma_config(p)
@@ -663,11 +663,13 @@ def _pointwise_launch(p, x, w, out, config: Config):
     if (not (_mergeable(x, 0, D) and _mergeable(out, 0, D)) or x.stride(-1) != 1 or w.stride(-1) != 1
             or out.stride(-1) != 1):
         return None
-    rows, C, O = p.batch * math.prod(p.in_spatial), p.in_channels, p.out_channels
     bm, bn, bk = config.block_m, config.block_n, config.block_k
+    if max(bm, bn) > TMA_BOX_MAX or bk * x.element_size() > 128:
+        return None
+    rows, C, O = p.batch * math.prod(p.in_spatial), p.in_channels, p.out_channels
     x_desc = _descriptor(x, [rows, C], [x.stride(D), 1], [bm, bk])
     w_desc = _descriptor(w, [O, C], [w.stride(1), 1], [bn, bk])
-    if x_desc is None or w_desc is None or max(bm, bn) > TMA_BOX_MAX or bk * x.element_size() > 128:
+    if x_desc is None or w_desc is None:
         return None
     grid = (min(cdiv(rows, bm) * cdiv(O, bn), sm_count(x.device)),)
     meta = dict(INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET, BLOCK_M=bm, BLOCK_N=bn,
@@ -706,8 +708,7 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
     x_shape = [N, *S, G * Cg]
     x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
     y_strides = [out.stride(0), *spatial_strides(out, 1, D)]
-    pointwise = all(k == 1 for k in K) and not any(p.padding_lo) and not any(p.padding_hi) and ID == (1, 1, 1)
-    if pointwise and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
+    if _rows_gemm(p) and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
         rows = N * math.prod(S)
         x_shape, x_strides = [1, 1, 1, rows, G * Cg], [0, 0, 0, x.stride(D), 1]
         y_strides = [0, 0, 0, out.stride(D)]
@@ -979,13 +980,19 @@ def _plain_wgrad(p) -> bool:
     return all(s == 1 for s in p.kernel_dilation) and all(d == 1 for d in p.input_dilation)
 
 
+def _rows_gemm(p) -> bool:
+    """Whether stride-1 problem ``p`` reads, per output position, only its own input row (1x1
+    kernel, no padding or input dilation): a GEMM over the N*S rows (per group)."""
+    return (all(k == 1 for k in p.kernel) and all(d == 1 for d in p.input_dilation)
+            and not any(p.padding_lo) and not any(p.padding_hi))
+
+
 def pointwise_gemm(p) -> bool:
     """Whether forward problem ``p`` is one plain GEMM over its N*S rows (1x1 kernel, stride 1, no
     padding or dilation, no groups), which the TMA path runs in ``pointwise_fwd_kernel``. Half
     types: TF32 stays with the convolution kernel."""
-    return (p.pass_ == "fwd" and p.groups == 1 and p.dtype != torch.float32 and all(k == 1 for k in p.kernel)
-            and all(s == 1 for s in p.stride) and all(d == 1 for d in p.input_dilation)
-            and not any(p.padding_lo) and not any(p.padding_hi))
+    return (p.pass_ == "fwd" and p.groups == 1 and p.dtype != torch.float32 and all(s == 1 for s in p.stride)
+            and _rows_gemm(p))
 
 
 def pointwise_wgrad(p) -> bool:
