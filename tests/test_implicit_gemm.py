@@ -235,47 +235,76 @@ def test_tma_path_input_gradient(x_shape, w_shape, args, monkeypatch):
     _check_tma(p, TMA_CONFIGS[0], monkeypatch)
 
 
-POINTWISE_CASES = [  # plain GEMMs over N*S rows: ragged rows, channels not multiples of a step or tile
-    pytest.param((2, 5, 6, 24), (20, 1, 1, 24), id="2d"),
-    pytest.param((3, 37, 40), (72, 1, 40), id="1d"),
-    pytest.param((1, 3, 4, 5, 16), (8, 1, 1, 1, 16), id="3d"),
+ROWS_CASES = [  # GEMMs over rows: ragged rows, channels not multiples of a step or tile
+    pytest.param((2, 5, 6, 24), (20, 1, 1, 24), {}, id="1x1_2d"),
+    pytest.param((3, 37, 40), (72, 1, 40), {}, id="1x1_1d"),
+    pytest.param((1, 3, 4, 5, 16), (8, 1, 1, 1, 16), {}, id="1x1_3d"),
+    pytest.param((2, 30, 32), (24, 3, 32), dict(stride=2, padding=1), id="k3s2"),
+    pytest.param((3, 27, 16), (40, 4, 16), dict(stride=3, padding=([4], [2]), flip=True), id="k4s3_flip"),
+    pytest.param((2, 33, 40), (16, 3, 40), dict(padding=([3], [-2]), kernel_dilation=2), id="k3_dil_crop"),
+    pytest.param((2, 20, 32), (16, 5, 32), dict(stride=2, padding=([-3], [1])), id="k5s2_crop_lo"),
+    pytest.param((1, 9, 48), (8, 2, 48), dict(padding=([1], [0])), id="causal_k2"),
 ]
-POINTWISE_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, pointwise=True),
-                     Config(16, 32, 32, 4, 3, tma=True, pointwise=True))
+ROWS_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, rows=True),
+                Config(16, 32, 32, 4, 3, tma=True, rows=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
-@pytest.mark.parametrize("x_shape,w_shape", POINTWISE_CASES)
-def test_pointwise_kernel_matches_reference(x_shape, w_shape, dtype, monkeypatch):
-    """1x1 stride-1 forwards as one GEMM (pointwise_fwd_kernel), through run and a prepared call."""
-    p = _problem_for_tma(x_shape, w_shape, {}, dtype)
-    assert implicit_gemm.pointwise_gemm(p)
+@pytest.mark.parametrize("x_shape,w_shape,args", ROWS_CASES)
+def test_rows_kernel_matches_reference(x_shape, w_shape, args, dtype, monkeypatch):
+    """1x1 stride-1 forwards as one GEMM and 1-D ones as a GEMM per sample with a shifted box
+    of rows per tap (rows_fwd_kernel), through run and a prepared call."""
+    p = _problem_for_tma(x_shape, w_shape, args, dtype)
+    assert implicit_gemm.rows_gemm(p)
     launches = []
-    real = implicit_gemm._pointwise_launch
-    monkeypatch.setattr(implicit_gemm, "_pointwise_launch", lambda *a: launches.append(real(*a)) or launches[-1])
-    for config in POINTWISE_CONFIGS:
-        _check_tma(p, config, monkeypatch)
-        assert launches and launches[-1] is not None, f"pointwise_fwd_kernel did not run {p} with {config}"
+    real = implicit_gemm._rows_launch
+    monkeypatch.setattr(implicit_gemm, "_rows_launch", lambda *a: launches.append(real(*a)) or launches[-1])
+    for config in ROWS_CONFIGS:
+        if p.stride[0] > 1 and p.in_channels % config.block_k:
+            config = replace(config, block_k=implicit_gemm._rows_block_k(p))
+        _check_tma(p, config, monkeypatch, "_run_rows")
+        assert launches and launches[-1] is not None, f"rows_fwd_kernel did not run {p} with {config}"
         call = implicit_gemm.prepare(p, config)
         for seed in (1, 2):
             a, b = testing.random_operands(p, seed)
             testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
 
 
-def test_pointwise_gemm_is_only_the_plain_gemm():
+def test_rows_launch_refuses_what_it_cannot_read(monkeypatch):
+    """A strided 1-D problem whose rows are not contiguous, or whose channels a step would
+    straddle, is refused (nothing launched) and run falls back to the gather kernel."""
+    p = _problem_for_tma((2, 30, 32), (24, 3, 32), dict(stride=2, padding=1), torch.bfloat16)
+    x, w = testing.random_operands(p, 3)
+    out = torch.empty(p.result_shape, dtype=p.dtype, device=DEVICE)
+    strided = torch.zeros((2, 30, 64), dtype=p.dtype, device=DEVICE)[..., :32]
+    strided.copy_(x)
+    views = p.views(strided, w, out)
+    assert implicit_gemm._rows_launch(p, *views, ROWS_CONFIGS[1]) is None  # rows 64 apart, 32 channels
+    assert implicit_gemm._rows_launch(p, *p.views(x, w, out), replace(ROWS_CONFIGS[1], block_k=64)) is None
+    implicit_gemm.run(p, *views, ROWS_CONFIGS[1])
+    testing.assert_close(out, testing.reference_result(p, strided, w), testing.tolerance(p))
+
+
+def test_rows_gemm_is_only_what_its_kernel_reads():
     from ndconv.api import make_problem
 
-    def pointwise(x, w, dtype=torch.bfloat16, **args):
-        return implicit_gemm.pointwise_gemm(make_problem(x, w, dtype=dtype, device="cpu", **args))
+    def rows(x, w, dtype=torch.bfloat16, **args):
+        return implicit_gemm.rows_gemm(make_problem(x, w, dtype=dtype, device="cpu", **args))
 
-    assert pointwise((2, 5, 6, 24), (20, 1, 1, 24))
-    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), dtype=torch.float32)  # TF32: the convolution kernel
-    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), stride=2)
-    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), padding=1)
-    assert not pointwise((2, 5, 6, 24), (20, 1, 1, 24), input_dilation=2)
-    assert not pointwise((2, 5, 6, 24), (24, 1, 1, 12), groups=2)
-    assert not pointwise((2, 5, 6, 24), (20, 3, 3, 24), padding=1)
-    assert not implicit_gemm.pointwise_gemm(
+    assert rows((2, 5, 6, 24), (20, 1, 1, 24))
+    assert rows((16, 3000, 768), (768, 3, 768), stride=2, padding=1)  # conv1d_k3s2_768
+    assert rows((16, 3000, 80), (768, 3, 80), padding=1)  # conv1d_k3_80
+    assert not rows((2, 5, 6, 24), (20, 1, 1, 24), dtype=torch.float32)  # TF32: the convolution kernel
+    assert not rows((2, 5, 6, 24), (20, 1, 1, 24), stride=2)
+    assert not rows((2, 5, 6, 24), (20, 1, 1, 24), padding=1)
+    assert not rows((2, 5, 6, 24), (20, 3, 3, 24), padding=1)
+    assert not rows((2, 5, 6, 24), (20, 1, 1, 24), input_dilation=2)
+    assert not rows((2, 5, 6, 24), (24, 1, 1, 12), groups=2)
+    assert not rows((2, 9, 32), (16, 3, 32), stride=2)  # the stride does not divide the length
+    assert not rows((2, 10, 24), (16, 3, 24), stride=2)  # 24 channels: no whole steps of 16
+    assert not rows((2, 10, 12), (16, 3, 12))  # 24-byte rows
+    assert not rows((2, 10, 32), (16, 3, 32), input_dilation=2)
+    assert not implicit_gemm.rows_gemm(
         make_problem((2, 5, 6, 24), (20, 1, 1, 24), dtype=torch.bfloat16, device="cpu").dgrad())
 
 
@@ -652,8 +681,8 @@ def test_tap_fold_only_where_it_halves_the_reduction_steps():
         return implicit_gemm._tap_fold(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     q = fold((16, 3000, 80), (768, 3, 80), padding=1)  # conv1d_k3_80: 9 steps of 32 -> 4 of 64
-    assert "taps folded" in implicit_gemm.tma_route(make_problem((16, 3000, 80), (768, 3, 80), dtype=torch.bfloat16,
-                                                                 device="cpu", padding=1))
+    assert "rows_fwd_kernel" in implicit_gemm.tma_route(make_problem((16, 3000, 80), (768, 3, 80), dtype=torch.bfloat16,
+                                                                     device="cpu", padding=1))  # half types
     assert q.x_shape == (16, 3000, 240) and q.w_shape == (768, 1, 240) and q.padding_lo == (0,)
     assert fold((64, 56, 56, 64), (64, 3, 3, 64), padding=1) is None  # r50_3x3_56: 3 steps per row either way
     assert fold((2, 9, 32), (16, 3, 32), padding=1) is None  # 3 steps of 32 -> 3 of 32
@@ -755,8 +784,8 @@ def test_fold_refusals():
     assert implicit_gemm.tma_route(rows) == (" over a view folding the stride into the channels, "
                                              "stepping rows by the stride")
     p = make_problem((16, 3000, 768), (768, 3, 768), dtype=torch.bfloat16, device="cpu", stride=2, padding=1)
-    assert implicit_gemm.tma_route(p) == " over a view folding the stride into the channels"
-    fold = implicit_gemm._fold(p)
+    assert implicit_gemm.tma_route(p) == " over rows of the input, a box of them per tap (rows_fwd_kernel)"
+    fold = implicit_gemm._fold(p)  # where the rows kernel is refused (e.g. rows not contiguous)
     assert fold.q.x_shape == (16, 1500, 1536) and fold.q.w_shape == (768, 2, 1536)  # conv1d_k3s2_768
     assert fold.q.padding_lo == (1,) and fold.axes == (("fold", 2, 1, 2),)
 
@@ -811,14 +840,20 @@ def test_tma_config_tiles():
     assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True, persistent=1)
     assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 64, 64, 4, 3, tma=True)  # 392 tiles
     assert config((64, 28, 28, 128), (128, 3, 3, 128), padding=1) == Config(128, 128, 64, 4, 2, tma=True)  # one wave
-    assert config((64, 56, 56, 64), (256, 1, 1, 64)) == Config(128, 128, 64, 4, 4, tma=True, pointwise=True)
-    assert config((64, 56, 56, 256), (64, 1, 1, 256)).block_n == 64  # pointwise, 64 output channels
-    assert not config((64, 14, 14, 1024), (256, 1, 1, 1024)).pointwise  # 196 tiles: a last wave half full
+    assert config((64, 56, 56, 64), (256, 1, 1, 64)) == Config(256, 128, 64, 8, 3, tma=True, rows=True)
+    assert config((64, 56, 56, 256), (64, 1, 1, 256)) == Config(128, 64, 64, 4, 4, tma=True, rows=True)
+    assert not config((64, 14, 14, 1024), (256, 1, 1, 1024)).rows  # 98 tiles on 132 SMs
+    assert config((16, 3000, 768), (768, 3, 768), stride=2, padding=1) == Config(128, 128, 64, 4, 5, tma=True,
+                                                                                rows=True)  # 85% full waves
     assert config((64, 32, 32, 256), (128, 4, 4, 256), stride=1, padding=2, input_dilation=2,
                   flip=True) == Config(128, 128, 64, 8, 3, tma=True)  # long phases over many tiles
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
-    assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels (_tap_fold)
+    assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # one tile: its taps folded (240 channels)
+    assert config((16, 3000, 80), (768, 3, 80), padding=1) == Config(128, 256, 32, 8, 3, tma=True,
+                                                                     rows=True)  # conv1d_k3_80: 3 steps a tap
+    assert config((16, 3000, 768), (768, 3, 768), padding=1) == Config(128, 256, 64, 8, 3, tma=True, rows=True)
+    assert config((2, 8, 8, 80), (64, 3, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels
     config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
     stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
     assert (stem.block_m, stem.block_n, stem.block_k, stem.num_stages, stem.persistent) == (128, 64, 64, 3, 0)

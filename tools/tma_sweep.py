@@ -149,7 +149,7 @@ def sweep_case(case, pass_, device, args, deadline, log) -> dict:
 
         def run_tma(a, b, config=config):
             out = torch.empty(q.result_shape, dtype=q.dtype, device=device)
-            if not run_tma_path(q, *q.views(a, b, out), config):
+            if not (ig._run_rows if config.rows else run_tma_path)(q, *q.views(a, b, out), config):
                 raise RuntimeError("the TMA path refused these tensors")
             return out
 

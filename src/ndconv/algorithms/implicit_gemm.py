@@ -20,9 +20,9 @@ accelerator (TMA) loads it, and fills what falls outside the input with zeros, w
 padding: no masks, no per-element addresses, loads pipelined on barriers and fed to wgmma from
 shared memory. The output tile is a box of positions (e.g. 8 x 16 of one image) times a block
 of output channels; optionally (``Config.tma_store``) it leaves in one TMA store. Forwards
-that are one plain GEMM over the N*S rows (1x1, stride 1: ``pointwise_gemm``) take their own
-kernel (``Config.pointwise``), a persistent loop over 2-D boxes that overlaps a tile's stores
-with the next tile's loads. Strided
+that are GEMMs over rows of the input (1x1 at stride 1, and 1-D convolutions: ``rows_gemm``)
+take their own kernel (``Config.rows``), a persistent loop over boxes of rows, one shifted box
+per tap, that overlaps a tile's stores with the next tile's loads. Strided
 problems fold into stride-1 ones over a view of the input where they can (``Fold``); stems
 (at most 4 input channels) over a space-to-depth copy. The weight gradient at stride 1 has a TMA
 kernel too: per tap, dy's box of positions and x's box shifted by the tap (split-K as above);
@@ -76,7 +76,7 @@ class Config:
     tma_store: bool = False  # tma: the output tile leaves in one TMA store (else masked stores)
     persistent: int = 0  # tma: programs per SM looping over the tiles (0: one program per tile)
     taps: int = 1  # tma weight gradient: taps along the last axis per program, sharing dy's boxes
-    pointwise: bool = False  # tma, plain-GEMM forwards: pointwise_fwd_kernel (see pointwise_gemm)
+    rows: bool = False  # tma, forwards over rows of the input: rows_fwd_kernel (see rows_gemm)
 
 
 def supports(p):
@@ -191,7 +191,7 @@ def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
     if config.tma:  # the Hopper path, when these tensors allow it; else the gather kernels below
-        if tma_runner(p)(p, x, w, out, config):
+        if (_run_rows if config.rows else tma_runner(p))(p, x, w, out, config):
             return
         if p.pass_ == "wgrad":
             config = gather_wgrad_config(p)
@@ -221,7 +221,7 @@ def prepare(p, config: Config):
         if not config.tma:
             return None
         return _prepare_wgrad(p, config) if _plain_wgrad(p) else _prepare_phased_wgrad(p, config)
-    from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel, pointwise_fwd_kernel
+    from .implicit_gemm_kernels import conv_fwd_kernel, conv_fwd_tma_kernel, rows_fwd_kernel
 
     views = meta_views(p)
     if views is None:
@@ -231,15 +231,15 @@ def prepare(p, config: Config):
         if launch is None or empty:
             return None
         return allocating(p, BoundLaunch(conv_fwd_kernel, *launch, operands=views))
-    if tma_runner(p) in (_run_space_to_depth, _run_tap_folded):  # copies first
-        return _prepare_copying(p, config)
-    if tma_runner(p) is _run_folded:
-        return _prepare_folded(p, config)
-    if config.pointwise:
-        launch = _pointwise_launch(p, *views, config)
+    if config.rows:
+        launch = _rows_launch(p, *views, config)
         if launch is None:
             return None
-        bound = BoundLaunch(pointwise_fwd_kernel, *launch, operands=views)
+        bound = BoundLaunch(rows_fwd_kernel, *launch, operands=views)
+    elif tma_runner(p) in (_run_space_to_depth, _run_tap_folded):  # copies first
+        return _prepare_copying(p, config)
+    elif tma_runner(p) is _run_folded:
+        return _prepare_folded(p, config)
     else:
         launch, empty = _tma_launch(p, *views, config)
         if launch is None or empty or launch[1][1].base is not views[1]:  # not TMA, zeros, or the weight copied
@@ -460,22 +460,41 @@ _SM_COUNT_H200 = 132  # the GPU the tiles were measured on
 
 
 def tma_config(p) -> Config:
-    """The TMA path's tiles: pointwise_fwd_kernel's for plain-GEMM forwards (``pointwise_gemm``)
-    whose tiles fill their waves, else the convolution kernel's (``conv_tma_config``).
+    """The TMA path's tiles: rows_fwd_kernel's for forwards over rows of the input
+    (``rows_gemm``) whose tiles fill their waves, else the convolution kernel's
+    (``conv_tma_config``).
 
-    pointwise_fwd_kernel takes 128 positions x 128 output channels (64 for at most 64) on 4
-    warps in 4 stages, one program an SM. Measured on the H200 (bf16, batch 64; the convolution
-    kernel's tiles, then PyTorch's, in parentheses): r50_1x1_56 42.6 us (49.2, 41.0), ResNet-50's
-    other 1x1 layers within 4% of the convolution kernel or faster (28x28 128 -> 512 channels
-    27.0 against 30.6; 56x56 64 -> 64 17.7 against 19.8), ConvNeXt's 384 -> 96 at 56x56
-    (batch 32) 29.8 (38.0, 30.6). Persistent programs finish with their slowest SM, so where
-    the last wave of tiles would be less than 3/4 full the convolution kernel's smaller, several
-    CTAs an SM keep the GPU fuller (14x14 1024 -> 256: 196 tiles on 132 SMs, 19.1 against
-    15.9)."""
-    if pointwise_gemm(p):
-        config = Config(128, 64 if p.out_channels <= 64 else 128, _tma_block_k(p), 4, 4, tma=True, pointwise=True)
-        tiles, sms = _tile_count(p, config.block_m, config.block_n), _SM_COUNT_H200
-        if tiles <= sms or tiles >= 0.75 * cdiv(tiles, sms) * sms:
+    rows_fwd_kernel runs one program an SM. Measured on the H200 (bf16; nineteenth session,
+    the convolution kernel's tiles, then PyTorch's, in parentheses; 4 warps were the eighteenth
+    session's): 128 positions x 256 output channels on 8 warps in 3 stages for 1-D layers of at
+    least 256 output channels (Whisper's 3000-long 768 -> 768 k3 231 us (259, 232),
+    conv1d_k3_80 56 in steps of 32 (59 over its folded taps, 54), wav2vec2's k3s2 and k2s2 at
+    512 channels 77 and 31 (89, 74; 34, 32), a k4s2 256 -> 512 108 (122, 102)), unless their
+    waves would be less than 90% full: 128 x 128 on 4 warps in 5 stages then (conv1d_k3s2_768's
+    564 tiles on 132 SMs: 123 (151, 129; 133 in 128 x 256)); 256 x 128 on 8 warps in 3 stages
+    otherwise (r50_1x1_56 40.7 (48.8, 42.2; 128 x 128 on 4 warps 41.8-43.4), ResNet-50's 28x28
+    128 -> 512 26.6 (31.2, 25.5), EnCodec's causal k7 at 128 channels 75 (85, 68)); 128 x 64
+    on 4 warps in 4 stages for at most 64 (56x56 64 -> 64 17.5 (20.0, 17.8)). Persistent
+    programs finish with their slowest SM, so where the waves of tiles would be less than 3/4
+    full the convolution kernel's smaller, several CTAs an SM keep the GPU fuller (14x14 1024 ->
+    256 in 128 x 128 tiles: 196 tiles on 132 SMs, 19.1 against 15.9 us)."""
+    sms = _SM_COUNT_H200
+
+    def fill(config):  # the fraction of the waves' program slots that have a tile
+        tiles = _tile_count(p, config.block_m, config.block_n)
+        return tiles / (cdiv(tiles, sms) * sms)
+
+    if rows_gemm(p):
+        O, bk = p.out_channels, _rows_block_k(p)
+        if O <= 64:
+            config = Config(128, 64, bk, 4, 4, tma=True, rows=True)
+        elif p.ndim == 1 and not _rows_gemm(p) and cdiv(O, 256) * 256 <= 1.25 * O:
+            config = Config(128, 256, bk, 8, 3, tma=True, rows=True)
+            if fill(config) < 0.9:
+                config = Config(128, 128, bk, 4, 5, tma=True, rows=True)
+        else:
+            config = Config(256, 128, bk, 8, 3, tma=True, rows=True)
+        if fill(config) >= 0.75:
             return config
     return conv_tma_config(p)
 
@@ -559,19 +578,20 @@ _TMA_TILES = ((128, 128, 8, 3), (128, 128, 4, 2), (128, 64, 4, 3), (256, 64, 4, 
               (128, 256, 8, 3), (128, 64, 4, 4), (64, 128, 4, 3))
 
 
-# pointwise_fwd_kernel's tiles worth trying (block_m, block_n, stages; 4 warps): 128 x 256 on 4
-# warps spills (3-8x slower on the H200)
-_POINTWISE_TILES = ((128, 128, 4), (128, 128, 3), (128, 64, 4), (128, 128, 2))
+# rows_fwd_kernel's tiles worth trying (block_m, block_n, warps, stages): 128 x 256 on 4 warps
+# spills (3-8x slower on the H200)
+_ROWS_TILES = ((256, 128, 8, 3), (128, 256, 8, 3), (128, 128, 4, 4), (128, 128, 4, 5), (128, 64, 4, 4),
+               (128, 64, 4, 6))
 
 
 def tma_configs(p) -> list[Config]:
     """TMA tiles for autotuning (tma_config's first, then its persistent and TMA-store
-    variants), pruned by the output channels; for plain-GEMM forwards pointwise_fwd_kernel's
-    tiles too."""
+    variants), pruned by the output channels; for forwards over rows of the input
+    rows_fwd_kernel's tiles too."""
     out = _conv_tma_configs(p)
-    if pointwise_gemm(p):
-        bk = _tma_block_k(p)
-        out += [Config(bm, bn, bk, 4, st, tma=True, pointwise=True) for bm, bn, st in _POINTWISE_TILES
+    if rows_gemm(p):
+        bk = _rows_block_k(p)
+        out += [Config(bm, bn, bk, warps, st, tma=True, rows=True) for bm, bn, warps, st in _ROWS_TILES
                 if bn <= max(64, 2 * p.out_channels)]
         base = tma_config(p)
         out = [base] + [c for c in out if c != base]
@@ -636,15 +656,8 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None, row_steps=None) -> bo
     (nothing launched) when these tensors do not meet TMA's rules. ``last_taps``: the channels
     (lo, hi) that the last axis's first and last taps reduce over; ``row_steps``: the input row
     step per output row on each axis (_tma_launch)."""
-    from .implicit_gemm_kernels import conv_fwd_tma_kernel, pointwise_fwd_kernel
+    from .implicit_gemm_kernels import conv_fwd_tma_kernel
 
-    if config.pointwise:
-        launch = _pointwise_launch(p, x, w, out, config)
-        if launch is None:
-            return False
-        grid, args, meta = launch
-        pointwise_fwd_kernel[grid](*args, **meta)
-        return True
     launch, empty = _tma_launch(p, x, w, out, config, last_taps, row_steps)
     if launch is None:
         return False
@@ -655,26 +668,53 @@ def _run_tma(p, x, w, out, config: Config, last_taps=None, row_steps=None) -> bo
     return True
 
 
-def _pointwise_launch(p, x, w, out, config: Config):
-    """(grid, args, meta) of pointwise_fwd_kernel on these views (x [N, *S, 1, C], w [1, O, 1..,
-    C], out [N, *S, 1, O]) as the GEMM over N*S rows, or None where they are not rows of
-    unit-stride channels or do not meet TMA's rules: one program an SM."""
-    D = p.ndim
-    if (not (_mergeable(x, 0, D) and _mergeable(out, 0, D)) or x.stride(-1) != 1 or w.stride(-1) != 1
-            or out.stride(-1) != 1):
-        return None
+def _run_rows(p, x, w, out, config: Config) -> bool:
+    """rows_fwd_kernel on the grouped views (``rows_gemm`` problems); False (nothing launched)
+    where these tensors do not meet its or TMA's rules."""
+    from .implicit_gemm_kernels import rows_fwd_kernel
+
+    launch = _rows_launch(p, x, w, out, config)
+    if launch is None:
+        return False
+    grid, args, meta = launch
+    rows_fwd_kernel[grid](*args, **meta)
+    return True
+
+
+def _rows_launch(p, x, w, out, config: Config):
+    """(grid, args, meta) of rows_fwd_kernel on these views (x [N, *S, 1, C], w [1, O, *K, C],
+    out [N, *SO, 1, O]), or None where they do not meet its or TMA's rules: a 1x1 problem as one
+    GEMM over its N*S rows (x's and out's rows one strided axis), a 1-D one over each sample's
+    rows with ``stride`` of them folded into one (x's rows contiguous where strided); the weight
+    as [O, K*C]. One program an SM."""
+    D, esize = p.ndim, x.element_size()
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    if max(bm, bn) > TMA_BOX_MAX or bk * x.element_size() > 128:
+    C, O, K = p.in_channels, p.out_channels, math.prod(p.kernel)
+    if (max(bm, bn) > TMA_BOX_MAX or bk * esize > 128 or x.stride(-1) != 1 or out.stride(-1) != 1
+            or w.stride(-1) != 1 or not _mergeable(w, 2, D + 2)):
         return None
-    rows, C, O = p.batch * math.prod(p.in_spatial), p.in_channels, p.out_channels
-    x_desc = _descriptor(x, [rows, C], [x.stride(D), 1], [bm, bk])
-    w_desc = _descriptor(w, [O, C], [w.stride(1), 1], [bn, bk])
+    if _rows_gemm(p):  # one GEMM over the N*S rows
+        if not (_mergeable(x, 0, D) and _mergeable(out, 0, D)):
+            return None
+        NB, R, s, lo, batched = 1, p.batch * math.prod(p.in_spatial), 1, 0, False
+        x_desc = _descriptor(x, [R, C], [x.stride(D), 1], [bm, bk])
+        syb, syr = 0, out.stride(D)
+    else:  # 1-D: stride s rows folded into one, each tap a box of them
+        s, lo, L = p.stride[0], p.padding_lo[0], p.in_spatial[0]
+        if L % s or (s > 1 and (x.stride(1) != C or C % bk)):
+            return None
+        NB, R, batched = p.batch, p.out_spatial[0], True
+        x_desc = _descriptor(x, [NB, L // s, s * C], [x.stride(0), s * x.stride(1), 1], [1, bm, bk])
+        syb, syr = out.stride(0), out.stride(1)
+    w_desc = _descriptor(w, [O, K * C], [w.stride(1), 1], [bn, bk])
     if x_desc is None or w_desc is None:
         return None
-    grid = (min(cdiv(rows, bm) * cdiv(O, bn), sm_count(x.device)),)
-    meta = dict(INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET, BLOCK_M=bm, BLOCK_N=bn,
-                BLOCK_K=bk, num_warps=config.num_warps, num_stages=config.num_stages)
-    return grid, (x_desc, w_desc, out, rows, O, C, out.stride(D)), meta
+    grid = (min(NB * cdiv(R, bm) * cdiv(O, bn), sm_count(x.device)),)
+    args = (x_desc, w_desc, out, R, O, C, NB, p.kernel_dilation[0], lo, max(0, cdiv(lo, s)), syb, syr)
+    meta = dict(TAPS=K, ST=s, FLIP=p.flip, BATCHED=batched, INT64=needs_int64(out), PRECISION=_precision(p),
+                UPCAST=INTERPRET, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=config.num_warps,
+                num_stages=config.num_stages)
+    return grid, args, meta
 
 
 def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
@@ -987,12 +1027,27 @@ def _rows_gemm(p) -> bool:
             and not any(p.padding_lo) and not any(p.padding_hi))
 
 
-def pointwise_gemm(p) -> bool:
-    """Whether forward problem ``p`` is one plain GEMM over its N*S rows (1x1 kernel, stride 1, no
-    padding or dilation, no groups), which the TMA path runs in ``pointwise_fwd_kernel``. Half
-    types: TF32 stays with the convolution kernel."""
-    return (p.pass_ == "fwd" and p.groups == 1 and p.dtype != torch.float32 and all(s == 1 for s in p.stride)
-            and _rows_gemm(p))
+def rows_gemm(p) -> bool:
+    """Whether forward problem ``p`` runs in ``rows_fwd_kernel``: one GEMM over its N*S rows (1x1
+    kernel, stride 1, no padding), or a 1-D convolution whose stride divides its length (the
+    kernel reads ``stride`` rows as one) and, where strided, whose channels are whole reduction
+    steps; no groups or input dilation; half types (TF32 stays with the convolution kernel)."""
+    if p.pass_ != "fwd" or p.groups > 1 or p.dtype == torch.float32 or any(d != 1 for d in p.input_dilation):
+        return False
+    if all(s == 1 for s in p.stride) and _rows_gemm(p):
+        return True
+    if p.ndim != 1 or (p.in_channels * p.dtype.itemsize) % 16:
+        return False
+    s = p.stride[0]
+    return p.in_spatial[0] % s == 0 and (s == 1 or p.in_channels % MIN_BLOCK_K == 0)
+
+
+def _rows_block_k(p) -> int:
+    """rows_fwd_kernel's reduction step: the TMA path's, or where strided the widest that divides
+    the channels (a step never reads into the next row's)."""
+    if all(s == 1 for s in p.stride):
+        return _tma_block_k(p)
+    return next(bk for bk in (64, 32, MIN_BLOCK_K) if p.in_channels % bk == 0 and bk * p.dtype.itemsize <= 128)
 
 
 def pointwise_wgrad(p) -> bool:
@@ -1520,6 +1575,8 @@ def _space_to_depth(p):
 def tma_route(p) -> str:
     """How the TMA path runs ``p`` (which it takes), for explain: the rewrites on the way."""
     runner, taps = tma_runner(p), ", the last axis's taps folded into the channels"
+    if p.pass_ == "fwd" and rows_gemm(p) and tma_config(p).rows:
+        return " over rows of the input, a box of them per tap (rows_fwd_kernel)"
     if runner is _run_tma_wgrad_phases:
         n = len(_wgrad_phases(p))
         together = ", in one launch" if n > 1 and _phased_wgrad(p) is not None else ""

@@ -336,36 +336,60 @@ def conv_fwd_tma_kernel(
 
 
 @triton.jit
-def pointwise_fwd_kernel(
-    x_desc, w_desc, y, M, O, C, syo,
-    INT64: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+def rows_fwd_kernel(
+    x_desc, w_desc, y, R, O, C, NB, KD, LO, LOS, syb, syr,
+    TAPS: tl.constexpr, ST: tl.constexpr, FLIP: tl.constexpr, BATCHED: tl.constexpr, INT64: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """y[m, o] = sum_c x[m, c] * w[o, c]: a 1x1 convolution at stride 1 without padding is this
-    plain GEMM over channels-last rows (``x_desc`` [M, C], ``w_desc`` [O, C], ``y`` rows of
-    stride ``syo``). Its reduction is short (r50's 64 channels: one step), so a tile's epilogue
-    is much of its time. One program an SM loops over the tiles (a row block's channel tiles
-    adjacent, sharing x in L2), the loops flattened into one that Triton pipelines across
+    """y[b, r, o] = sum over taps t and channels c of x[b, r*ST + t*KD - LO, c] * w[o, t, c]: a
+    1-D convolution as a GEMM over rows, each tap a shifted box of them. ``x_desc`` holds the
+    input with ST rows folded into one ([NB, rows, ST*C], box [1, BLOCK_M, BLOCK_K], BATCHED; or
+    [rows, C] where it is one batch), so that tap t is the box at row offset floor((t*KD - LO) /
+    ST) and channel offset ((t*KD - LO) mod ST)*C (``LOS`` = ceil(LO / ST) keeps the division on
+    non-negative numbers); rows past the input's ends are TMA's zero fill (the padding).
+    ``w_desc`` is [O, TAPS*C]. A 1x1 convolution at stride 1 without padding is one tap over its
+    N*S rows. With ST > 1, BLOCK_K divides C (a step never reads the next row's channels); with
+    ST = 1 the zero fill past C meets the next tap's weights.
+
+    The reduction is short next to the output (r50's 64 channels: one step), so a tile's
+    epilogue is much of its time. One program an SM loops over the tiles (a row block's channel
+    tiles adjacent, sharing x in L2), the loops flattened into one that Triton pipelines across
     tiles: the next tile's loads are in flight during this tile's stores. Unlike the
-    convolution kernel's 5-D boxes, these 2-D boxes make that pay (r50_1x1_56 on the H200: 44
-    against 49 us; not flattened 70). Not ``warp_specialize``: on Hopper Triton 3.6's
-    producer/consumer split of this loop hangs the GPU (PERFORMANCE.md, eighteenth session)."""
+    convolution kernel's boxes over 3 spatial axes, these boxes make that pay (H200: r50_1x1_56
+    44 against 49 us, conv1d_k3s2_768 130 against 151; not flattened 70 on r50_1x1_56). Not
+    ``warp_specialize``: on Hopper Triton 3.6's producer/consumer split of this loop hangs the
+    GPU (PERFORMANCE.md, eighteenth session)."""
     n_tiles = tl.cdiv(O, BLOCK_N)
-    steps = tl.cdiv(C, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * n_tiles, tl.num_programs(0), flatten=True):
-        m0 = tile // n_tiles * BLOCK_M
+    m_tiles = tl.cdiv(R, BLOCK_M)
+    steps = tl.cdiv(C, BLOCK_K)  # per tap
+    for tile in tl.range(tl.program_id(0), NB * m_tiles * n_tiles, tl.num_programs(0), flatten=True):
+        b = tile // (m_tiles * n_tiles)
+        m0 = tile // n_tiles % m_tiles * BLOCK_M
         o0 = tile % n_tiles * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kk in range(steps):
-            a = x_desc.load([m0, kk * BLOCK_K])
-            b = w_desc.load([o0, kk * BLOCK_K])
-            acc = dot(a, tl.trans(b), acc, PRECISION, UPCAST)
+        t, kk = 0, 0  # the tap and its reduction step: counters, no division in the loop
+        for _ in range(TAPS * steps):
+            k = kk * BLOCK_K
+            u = t * KD - LO + LOS * ST  # the tap's input offset, made non-negative
+            r0 = m0 + u // ST - LOS
+            c0 = u % ST * C + k
+            if BATCHED:
+                a = x_desc.load([b, r0, c0]).reshape(BLOCK_M, BLOCK_K)
+            else:
+                a = x_desc.load([r0, c0])
+            wt = TAPS - 1 - t if FLIP else t
+            w = w_desc.load([o0, wt * C + k])
+            acc = dot(a, tl.trans(w), acc, PRECISION, UPCAST)
+            kk, t = _carry(kk + 1, t, steps)
         rows = m0 + tl.arange(0, BLOCK_M)
         cols = o0 + tl.arange(0, BLOCK_N)
+        base = y + b * syb
         if INT64:
             rows = rows.to(tl.int64)
-        tl.store(y + rows[:, None] * syo + cols[None, :], acc.to(y.dtype.element_ty),
-                 mask=(rows[:, None] < M) & (cols[None, :] < O))
+            base = y + b.to(tl.int64) * syb
+        tl.store(base + rows[:, None] * syr + cols[None, :], acc.to(y.dtype.element_ty),
+                 mask=(rows[:, None] < R) & (cols[None, :] < O))
 
 
 @triton.jit
