@@ -244,6 +244,9 @@ ROWS_CASES = [  # GEMMs over rows: ragged rows, channels not multiples of a step
     pytest.param((2, 33, 40), (16, 3, 40), dict(padding=([3], [-2]), kernel_dilation=2), id="k3_dil_crop"),
     pytest.param((2, 20, 32), (16, 5, 32), dict(stride=2, padding=([-3], [1])), id="k5s2_crop_lo"),
     pytest.param((1, 9, 48), (8, 2, 48), dict(padding=([1], [0])), id="causal_k2"),
+    pytest.param((3, 7, 3, 16), (8, 1, 1, 16), dict(stride=(1, 1)), id="1x1_short_rows"),
+    pytest.param((5, 4, 48), (24, 3, 48), dict(stride=2, padding=1), id="short_samples"),
+    pytest.param((2, 12, 16), (8, 1, 16), dict(stride=3), id="1x1s3_1d"),
 ]
 ROWS_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, rows=True),
                 Config(16, 32, 32, 4, 3, tma=True, rows=True))
@@ -295,7 +298,8 @@ def test_rows_gemm_is_only_what_its_kernel_reads():
     assert rows((16, 3000, 768), (768, 3, 768), stride=2, padding=1)  # conv1d_k3s2_768
     assert rows((16, 3000, 80), (768, 3, 80), padding=1)  # conv1d_k3_80
     assert not rows((2, 5, 6, 24), (20, 1, 1, 24), dtype=torch.float32)  # TF32: the convolution kernel
-    assert not rows((2, 5, 6, 24), (20, 1, 1, 24), stride=2)
+    assert not rows((64, 56, 56, 256), (512, 1, 1, 256), stride=2)  # r50_1x1s2_down: rows 2 apart in a row
+    assert rows((2, 12, 16), (8, 1, 16), stride=3)  # 1-D: strided rows folded into one
     assert not rows((2, 5, 6, 24), (20, 1, 1, 24), padding=1)
     assert not rows((2, 5, 6, 24), (20, 3, 3, 24), padding=1)
     assert not rows((2, 5, 6, 24), (20, 1, 1, 24), input_dilation=2)

@@ -693,7 +693,7 @@ def _rows_launch(p, x, w, out, config: Config):
     if (max(bm, bn) > TMA_BOX_MAX or bk * esize > 128 or x.stride(-1) != 1 or out.stride(-1) != 1
             or w.stride(-1) != 1 or not _mergeable(w, 2, D + 2)):
         return None
-    if _rows_gemm(p):  # one GEMM over the N*S rows
+    if _rows_gemm(p) and all(st == 1 for st in p.stride):  # one GEMM over the N*S rows
         if not (_mergeable(x, 0, D) and _mergeable(out, 0, D)):
             return None
         NB, R, s, lo, batched = 1, p.batch * math.prod(p.in_spatial), 1, 0, False
