@@ -693,7 +693,7 @@ def _rows_launch(p, x, w, out, config: Config):
     if (max(bm, bn) > TMA_BOX_MAX or bk * esize > 128 or x.stride(-1) != 1 or out.stride(-1) != 1
             or w.stride(-1) != 1 or not _mergeable(w, 2, D + 2)):
         return None
-    if _rows_gemm(p) and all(st == 1 for st in p.stride):  # one GEMM over the N*S rows
+    if _flat_rows(p):  # one GEMM over the N*S rows
         if not (_mergeable(x, 0, D) and _mergeable(out, 0, D)):
             return None
         NB, R, s, lo, batched = 1, p.batch * math.prod(p.in_spatial), 1, 0, False
@@ -1021,10 +1021,16 @@ def _plain_wgrad(p) -> bool:
 
 
 def _rows_gemm(p) -> bool:
-    """Whether stride-1 problem ``p`` reads, per output position, only its own input row (1x1
-    kernel, no padding or input dilation): a GEMM over the N*S rows (per group)."""
+    """Whether problem ``p`` reads, per output position, only one input row (1x1 kernel, no
+    padding or input dilation): at stride 1 (``_flat_rows``) a GEMM over the N*S rows (per group)."""
     return (all(k == 1 for k in p.kernel) and all(d == 1 for d in p.input_dilation)
             and not any(p.padding_lo) and not any(p.padding_hi))
+
+
+def _flat_rows(p) -> bool:
+    """Whether ``p`` is one GEMM over its N*S input rows, output row i reading input row i (a
+    strided 1x1 problem is not: its output rows step over input rows)."""
+    return _rows_gemm(p) and all(s == 1 for s in p.stride)
 
 
 def rows_gemm(p) -> bool:
@@ -1034,7 +1040,7 @@ def rows_gemm(p) -> bool:
     steps; no groups or input dilation; half types (TF32 stays with the convolution kernel)."""
     if p.pass_ != "fwd" or p.groups > 1 or p.dtype == torch.float32 or any(d != 1 for d in p.input_dilation):
         return False
-    if all(s == 1 for s in p.stride) and _rows_gemm(p):
+    if _flat_rows(p):
         return True
     if p.ndim != 1 or (p.in_channels * p.dtype.itemsize) % 16:
         return False

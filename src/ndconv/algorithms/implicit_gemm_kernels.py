@@ -357,7 +357,7 @@ def rows_fwd_kernel(
     tiles adjacent, sharing x in L2), the loops flattened into one that Triton pipelines across
     tiles: the next tile's loads are in flight during this tile's stores. Unlike the
     convolution kernel's boxes over 3 spatial axes, these boxes make that pay (H200: r50_1x1_56
-    44 against 49 us, conv1d_k3s2_768 130 against 151; not flattened 70 on r50_1x1_56). Not
+    40-41 against 49 us, conv1d_k3s2_768 123-125 against 151; not flattened 70 on r50_1x1_56). Not
     ``warp_specialize``: on Hopper Triton 3.6's producer/consumer split of this loop hangs the
     GPU (PERFORMANCE.md, eighteenth session)."""
     n_tiles = tl.cdiv(O, BLOCK_N)
