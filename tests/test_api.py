@@ -109,7 +109,7 @@ def test_algorithm_keyword_and_environment_force(monkeypatch):
     ndconv.conv2d(x, w)
     assert calls == [1, 1]
     monkeypatch.setenv("NDCONV_ALGORITHM", "nope")
-    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: depthwise, toeplitz, grouped, implicit_gemm, winograd, native, cudnn, gemm, reference"):
+    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: depthwise, toeplitz, grouped, stem, implicit_gemm, winograd, native, cudnn, gemm, reference"):
         ndconv.conv2d(x, w)
 
 

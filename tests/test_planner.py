@@ -65,7 +65,7 @@ def fakes(registry):
 @pytest.fixture
 def cpu_algorithms(registry):
     """The real algorithms that run on the CPU without Triton's (slow) interpreter."""
-    del registry["depthwise"], registry["toeplitz"], registry["implicit_gemm"]
+    del registry["depthwise"], registry["toeplitz"], registry["implicit_gemm"], registry["stem"]
 
 
 # ---------------------------------------------------------------------- plan cache

@@ -37,8 +37,9 @@ DEFAULT_PLAN_CACHE_SIZE = 128
 #   fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN) the rest (float64). cuDNN's graphs
 #   (the optional cudnn algorithm) come after it in the order; _measured_first puts them first
 #   where they won, and autotuning times them everywhere they build.
-# - toeplitz (the banded tensor-core GEMM for long depthwise kernels) is in no list:
-#   _measured_first puts it first for kernels of TOEPLITZ_MIN_TAPS taps or more.
+# - toeplitz (the banded tensor-core GEMM for long depthwise kernels) and stem (few input
+#   channels, a kernel row's taps as one window) are in no list: _measured_first puts them first
+#   where they were measured fastest.
 # - CPU: PyTorch's own convolution (oneDNN), several times faster there than gemm.
 # - gemm (unfold + matmul through torch) and the reference (the float64 oracle) stay forcible.
 PREFERENCE = {
@@ -295,7 +296,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     (1-D k=16 0.13 against 0.09). The TMA kernel keeps asymmetric padding and input-dilated
     forwards (transposed convolutions, over output phases: convT_3x3s2 38.9 against 45.1 us,
     convT_4x4s2 126.7 against 131.1) and strided ones with at most 4 input channels, over a
-    space-to-depth copy (r50_stem_7x7s2 118 against 454 us); the gather kernel strided ones
+    space-to-depth copy (r50_stem_7x7s2 97 against 442 us, the stem kernel 123), but the stem
+    kernel takes 2-D forwards of at most 4 input channels with short reductions (stem.wins: a
+    3x3 stride-1 SD VAE conv_in 60 against 114 us for PyTorch's through ndconv, EfficientNet's
+    3x3 stride-2 stem 48 against 62, ConvNeXt's 4x4 stride-4 one 49 against 54); the gather kernel strided ones
     whose asymmetric padding PyTorch would pad a copy for (native.pads_a_copy: a 3x3 stride-2
     layer padded (0, 1) on a 56-wide input 56 against 156 us). A high pad that no output reads
     is no asymmetry (native._high_padding drops it): same_pad_s2's (0, 1) on a 57-wide input
@@ -308,7 +312,7 @@ def _measured_first(p: ConvProblem) -> str | None:
     the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
     issued (``_host_bound``) keep the TMA kernel's forward, whose bound launch costs half the
     host time, and grouped ones PyTorch's grouped convolution (packing adds a weight copy)."""
-    from .algorithms import depthwise, grouped, implicit_gemm, native, toeplitz
+    from .algorithms import depthwise, grouped, implicit_gemm, native, stem, toeplitz
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
         return None
@@ -334,6 +338,8 @@ def _measured_first(p: ConvProblem) -> str | None:
             return "toeplitz"
         # the direct kernel, 3x3 too: dw3x3_56 56.2 against 57.4 us, dw3x3s2_112 65.7 against 73.7
         return None
+    if stem.supports(p)[0] and stem.wins(p):
+        return "stem"
     asymmetric, strided = native.pads_a_copy(p), any(s > 1 for s in p.stride)
     if strided and asymmetric:  # PyTorch pads a copy first
         return None

@@ -9,10 +9,10 @@ optional package its ``supports`` says so.
 
 import torch
 
-from . import cudnn, depthwise, gemm, grouped, implicit_gemm, native, reference, toeplitz, winograd
+from . import cudnn, depthwise, gemm, grouped, implicit_gemm, native, reference, stem, toeplitz, winograd
 
 REGISTRY = {module.NAME: module for module in (
-    depthwise, toeplitz, grouped, implicit_gemm, winograd, native, cudnn, gemm, reference
+    depthwise, toeplitz, grouped, stem, implicit_gemm, winograd, native, cudnn, gemm, reference
 )}
 
 

@@ -1613,12 +1613,12 @@ def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int) -> torch.T
 
     if x.stride(-1) != 1:
         x = x.contiguous()
-    y, (grid, args, meta) = _padded_blocks_launch(x, blocks, stride, lo, channels)
+    y, (grid, args, meta) = padded_blocks_launch(x, blocks, stride, lo, channels)
     padded_blocks_kernel[grid](*args, **meta)
     return y
 
 
-def _padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int):
+def padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int):
     """padded_blocks' result, new (on x's device: meta for a prepared launch), and the (grid,
     args, meta) of its copy of x (channels contiguous)."""
     D, C, N = len(stride), x.shape[-1], x.shape[0]
@@ -1713,12 +1713,12 @@ def _prepare_copying(p, config: Config):
         if isinstance(q, str):
             return None
         x_copy, w_copy = _space_to_depth_copies(p, q)
-        (xs, copy_x), (ws, copy_w) = _padded_blocks_launch(x, *x_copy), _padded_blocks_launch(w, *w_copy)
+        (xs, copy_x), (ws, copy_w) = padded_blocks_launch(x, *x_copy), padded_blocks_launch(w, *w_copy)
         r, x_view, w_view = _space_to_depth_operands(q, xs, ws)
     else:
         r = _tap_fold(p)
         if p.padding_lo[-1] or p.padding_hi[-1]:
-            xs, copy_x = _padded_blocks_launch(x, *_last_axis_padded(p))
+            xs, copy_x = padded_blocks_launch(x, *_last_axis_padded(p))
         x_view, w_view = _tap_windows(xs, r.x_shape), w.view(r.w_shape)
     views = r.views(x_view, w_view, out)
     launch, empty = _tma_launch(r, *views, config)
