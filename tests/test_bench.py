@@ -39,6 +39,19 @@ def test_builtin_suites_load(name):
         "dense", "depthwise", "grouped", "1-D", "3-D", "transposed"}
 
 
+def test_stems_suite_loads():
+    """The stems suite: first layers of at most 4 input channels, all of which stem runs; the
+    planner's rule (stem.wins) takes the short reductions."""
+    from ndconv.algorithms import stem
+
+    cases = suites.load_suite("stems")
+    assert len(cases) >= 6 and all(c.problem("cpu").in_channels <= 4 for c in cases)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPUs
+    assert all(stem.supports(c.problem(device))[0] for c in cases)
+    assert {c.name for c in cases if stem.wins(c.problem(device))} == {
+        "effnet_stem_3x3s2", "convnext_stem_4x4s4", "vae_conv_in_3x3", "unet_conv_in_c4", "gray_3x3_c1"}
+
+
 def test_public_suite_is_the_shared_one():
     names = [c.name for c in suites.load_suite("public")]
     assert names[:3] == ["r50_stem_7x7s2", "r50_3x3_56", "r50_1x1_56"] and len(names) == 25

@@ -1,5 +1,5 @@
 """GPU tests on real shapes (run on the H200, not in CI): every Triton algorithm on the public
-suite's cases in fp16, bf16 and fp32 and all their passes against the float64 reference (on a
+suite's cases (or another suite's) in fp16, bf16 and fp32 and all their passes against the float64 reference (on a
 slice where the full case is too big), the shared tiny case list on CUDA, a convolution whose
 operands exceed 2**31 elements, and what the compiler made of the kernels (wgmma, registers,
 spills).
@@ -29,9 +29,9 @@ def check_pass(name, q, seed=0):
     return testing.compare(take(out), ref, testing.tolerance(q)), where
 
 
-def suite_checks(names, dtypes, log, only=None):
+def suite_checks(names, dtypes, log, only=None, suite="public"):
     rows = []
-    for case in suites.load_suite("public"):
+    for case in suites.load_suite(suite):
         if only and case.name not in only:
             continue
         for dtype in dtypes:
@@ -126,7 +126,8 @@ def main():
     parser.add_argument("--algorithms", nargs="+", default=[n for n in REGISTRY if n not in ("reference", "gemm")])
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-tiny", action="store_true")
-    parser.add_argument("--cases", nargs="+", help="public-suite cases to check (default: all)")
+    parser.add_argument("--suite", default="public", help="public, stems, or a JSON file of cases")
+    parser.add_argument("--cases", nargs="+", help="the suite's cases to check (default: all)")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "float32"])
     args = parser.parse_args()
     out = Path(args.out)
@@ -142,7 +143,7 @@ def main():
     if not args.skip_large and "implicit_gemm" in args.algorithms:
         result["large"] = large_check("implicit_gemm", log)
     result["tiny"] = [] if args.skip_tiny else tiny_checks(args.algorithms, log)
-    result["suite"] = suite_checks(args.algorithms, args.dtypes, log, args.cases)
+    result["suite"] = suite_checks(args.algorithms, args.dtypes, log, args.cases, args.suite)
     result["kernels"] = compiled_kernels(log)
     failures = [r for r in result["tiny"] + result["suite"] if not r["ok"]]
     if "large" in result and not (result["large"]["fwd_ok"] and result["large"]["wgrad_ok"]):

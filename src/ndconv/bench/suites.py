@@ -2,7 +2,8 @@
 
 ``public`` is the GPU suite (ResNet-50, SD UNet/VAE, MobileNet, ConvNeXt, RepLKNet, ResNeXt,
 Mamba, Whisper, video models, DCGAN/UNet decoders, DeepLab); ``cpu`` holds the same kinds of
-layers scaled down to run on two CPU cores in about a minute. A user's own file has the same
+layers scaled down to run on two CPU cores in about a minute; ``stems`` the first layers of
+image models (at most 4 input channels: ResNet, EfficientNet, ConvNeXt, ViT, SD's VAE and UNet). A user's own file has the same
 schema: a list of objects with ``name, x, w, stride, padding_lo, padding_hi, kernel_dilation,
 input_dilation, groups, flip, dtype, passes`` (and optionally ``model``), MLX's conventions.
 """
@@ -18,7 +19,7 @@ import torch
 from ..api import make_problem
 from ..problem import PASSES, ConvProblem
 
-SUITES = {"public": Path(__file__).with_name("public.json"), "cpu": Path(__file__).with_name("cpu.json")}
+SUITES = {name: Path(__file__).with_name(f"{name}.json") for name in ("public", "cpu", "stems")}
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
            "float64": torch.float64}
 _FIELDS = ("name", "x", "w", "stride", "padding_lo", "padding_hi", "kernel_dilation",
