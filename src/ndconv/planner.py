@@ -296,10 +296,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     (1-D k=16 0.13 against 0.09). The TMA kernel keeps asymmetric padding and input-dilated
     forwards (transposed convolutions, over output phases: convT_3x3s2 38.9 against 45.1 us,
     convT_4x4s2 126.7 against 131.1) and strided ones with at most 4 input channels, over a
-    space-to-depth copy (r50_stem_7x7s2 97 against 442 us, the stem kernel 123), but the stem
-    kernel takes 2-D forwards of at most 4 input channels with short reductions (stem.wins: a
-    3x3 stride-1 SD VAE conv_in 60 against 114 us for PyTorch's through ndconv, EfficientNet's
-    3x3 stride-2 stem 48 against 62, ConvNeXt's 4x4 stride-4 one 49 against 54); the gather kernel strided ones
+    space-to-depth copy (r50_stem_7x7s2 103 against 456 us, the stem kernel 128), but the stem
+    kernel takes 2-D forwards of at most 4 input channels with short reductions (stem.wins: SD
+    VAE's 3x3 conv_in 59 against implicit_gemm's 117 and PyTorch's 168 us, EfficientNet's 3x3
+    stride-2 stem 50 against 66, ConvNeXt's 4x4 stride-4 one 48 against 58); the gather kernel strided ones
     whose asymmetric padding PyTorch would pad a copy for (native.pads_a_copy: a 3x3 stride-2
     layer padded (0, 1) on a 56-wide input 56 against 156 us). A high pad that no output reads
     is no asymmetry (native._high_padding drops it): same_pad_s2's (0, 1) on a 57-wide input

@@ -16,15 +16,15 @@ stems``, docs/PERFORMANCE.md):
 
 | layer | stem | implicit_gemm | PyTorch |
 |---|---:|---:|---:|
-| EfficientNet stem, 64x224x224x3 -> 32, 3x3 s2 (pad 0, 1) | 52.6 | 66.0 | 173.8 |
-| ConvNeXt stem, 64x224x224x3 -> 96, 4x4 s4 | 50.8 | 58.2 | 132.3 |
-| SD VAE conv_in, 8x256x256x3 -> 128, 3x3 | 63.8 | 117.1 | 166.2 |
-| grayscale, 32x256x256x1 -> 32, 3x3 | 78.6 | 577.2 | 246.8 |
-| ResNet stem, 64x224x224x3 -> 64, 7x7 s2 | 130.4 | 102.8 | 453.2 |
+| EfficientNet stem, 64x224x224x3 -> 32, 3x3 s2 (pad 0, 1) | 49.5 | 66.0 | 174.8 |
+| ConvNeXt stem, 64x224x224x3 -> 96, 4x4 s4 | 48.0 | 58.4 | 132.4 |
+| SD VAE conv_in, 8x256x256x3 -> 128, 3x3 | 58.8 | 117.4 | 167.6 |
+| grayscale, 32x256x256x1 -> 32, 3x3 | 74.3 | 581.6 | 246.9 |
+| ResNet stem, 64x224x224x3 -> 64, 7x7 s2 | 128.2 | 102.7 | 456.2 |
 
 The 7x7 stem's reduction (7 kernel rows of 32-element windows) is too long for a kernel whose
-loads are not pipelined: 105-110 us for the GEMM alone, where implicit_gemm's TMA pipeline
-takes 88. ``wins`` holds the measured rule (reductions of at most 64 elements); 1-D problems
+loads are barely overlapped (each issued one product early): 97 us for the GEMM alone, where
+implicit_gemm's TMA pipeline takes 88. ``wins`` holds the measured rule (reductions of at most 64 elements); 1-D problems
 run too but are not chosen without autotuning (not measured).
 """
 

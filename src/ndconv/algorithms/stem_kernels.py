@@ -7,6 +7,16 @@ from .kernel_utils import dot, downcast
 
 
 @triton.jit
+def _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, d, sxh_a,
+                     DH: tl.constexpr, ROWS: tl.constexpr, WINDOW: tl.constexpr, ALIGN: tl.constexpr):
+    """The operands of product ``d``: its kernel rows' windows of every output of the tile, and
+    their weights."""
+    a = tl.load(x_ptr + (row + d * (ROWS * DH * sxh_a) * ALIGN)[:, None] + x_k[None, :])
+    b = tl.load(w_row[None, :] + (d * ROWS * WINDOW + k)[:, None], mask=(o < O)[None, :], other=0.0)
+    return a, b
+
+
+@triton.jit
 def stem_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     M, OW, OHW, O,
@@ -22,7 +32,8 @@ def stem_fwd_kernel(
     w [O, DOTS*ROWS, WINDOW] (zero past the kernel). ROWS kernel rows make one dot's reduction.
 
     The windows overlap (a position's starts SW*CP elements after the previous one's): the loads
-    are plain ones, served from L1, not pipelined through cp.async (which bypasses L1). x's
+    are plain ones, served from L1, not pipelined through cp.async (which bypasses L1); each
+    product's loads are issued before the previous product (5-11% faster on the H200). x's
     strides come divided by ALIGN and are multiplied back by the constant, so Triton can prove
     every window aligned and loads ALIGN elements at a time (with a row stride it could not
     prove a multiple of 16, they were scalar: the 7x7 stem about 1.5x slower)."""
@@ -42,9 +53,12 @@ def stem_fwd_kernel(
     o = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     w_row = w_ptr + o * (DOTS * ROWS * WINDOW)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a_next, b_next = _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, 0, sxh_a, DH, ROWS, WINDOW, ALIGN)
     for d in tl.static_range(DOTS):
-        a = tl.load(x_ptr + (row + d * (ROWS * DH * sxh_a) * ALIGN)[:, None] + x_k[None, :])
-        b = tl.load(w_row[None, :] + (d * ROWS * WINDOW + k)[:, None], mask=(o < O)[None, :], other=0.0)
+        a = a_next
+        b = b_next
+        if d + 1 < DOTS:
+            a_next, b_next = _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, d + 1, sxh_a, DH, ROWS, WINDOW, ALIGN)
         acc = dot(a, b, acc, PRECISION, UPCAST)
     y = y_ptr + (n * syn + oh * syh + ow * syw)[:, None] + (o * syo)[None, :]
     tl.store(y, downcast(acc, y_ptr.dtype.element_ty, INTERPRET), mask=live_m[:, None] & (o < O)[None, :])
