@@ -38,3 +38,12 @@ def _seeded_torch():
     import torch
 
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def full_fp32(monkeypatch):
+    """fp32 problems on a GPU without TF32, so that the fp32 tolerances (exact fp32 products)
+    hold; modules use it with ``pytestmark = pytest.mark.usefixtures("full_fp32")``."""
+    import torch
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)

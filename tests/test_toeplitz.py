@@ -17,10 +17,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CP
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-@pytest.fixture(autouse=True)
-def _full_fp32(monkeypatch):
-    """fp32 problems on a GPU without TF32, so that the fp32 tolerance holds."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+pytestmark = pytest.mark.usefixtures("full_fp32")  # the fp32 bounds are for exact products
 
 
 CASES = [

@@ -19,10 +19,7 @@ from ndconv.algorithms.winograd import TRANSFORMS, Config
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.fixture(autouse=True)
-def _full_fp32(monkeypatch):
-    """fp32 problems on a GPU without TF32: the bounds here are for exact fp32 products."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+pytestmark = pytest.mark.usefixtures("full_fp32")  # the fp32 bounds are for exact products
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # small tiles and blocks, so that the interpreter runs several programs per kernel
 SMALL = {m: Config(m, 16, 16, 16, 4, 2, block_t=8, block_c=16) for m in TRANSFORMS}
