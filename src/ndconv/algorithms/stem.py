@@ -85,7 +85,8 @@ def supports(p):
         return False, "a dilated last axis leaves gaps in the window"
     if p.span[-1] * CHANNELS > MAX_WINDOW:
         return False, f"kernel spans {p.span[-1]} positions along the last axis, more than {MAX_WINDOW // CHANNELS}"
-    return True, f"each kernel row's taps over {CHANNELS} channels as one {_window(p)}-element window of a padded copy"
+    return True, (f"each kernel row's taps over the {p.in_channels} channel(s), padded to {CHANNELS}, as one "
+                  f"{_window(p)}-element window of a padded copy")
 
 
 def wins(p) -> bool:
