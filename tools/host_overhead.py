@@ -72,6 +72,10 @@ def rows(device: str) -> dict:
         out["F.conv2d 7x7 stride-2 RGB stem"] = lambda: F.conv2d(xst, wst, stride=2, padding=3)
         out["ndconv.conv2d 7x7 stride-2 RGB stem, implicit_gemm"] = (
             lambda: ndconv.conv2d(xs, ws, 2, 3, algorithm="implicit_gemm"))
+        w3 = torch.randn(16, 3, 3, 3, device=device, dtype=dtype)  # a 3x3 one: the stem kernel's two copies
+        w3t = w3.permute(0, 3, 1, 2)
+        out["F.conv2d 3x3 RGB stem"] = lambda: F.conv2d(xst, w3t, padding=1)
+        out["ndconv.conv2d 3x3 RGB stem, planner's choice (stem)"] = lambda: ndconv.conv2d(xs, w3, 1, 1)
     return out
 
 
@@ -88,6 +92,7 @@ def graph_check(device: str) -> None:
          dict(stride=2, padding=3, algorithm="implicit_gemm")),
         ("implicit_gemm, stride-2 transposed", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv_transpose2d,
          dict(stride=2, padding=1, output_padding=1, algorithm="implicit_gemm")),
+        ("stem, 3x3 RGB", (2, 32, 32, 3), (16, 3, 3, 3), ndconv.conv2d, dict(padding=1, algorithm="stem")),
     ]
     for name, x_shape, w_shape, conv, kwargs in cases:
         x = torch.randn(x_shape, device=device, dtype=torch.bfloat16)
