@@ -49,7 +49,8 @@ def test_stems_suite_loads():
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPUs
     assert all(stem.supports(c.problem(device))[0] for c in cases)
     assert {c.name for c in cases if stem.wins(c.problem(device))} == {
-        "effnet_stem_3x3s2", "convnext_stem_4x4s4", "vae_conv_in_3x3", "unet_conv_in_c4", "gray_3x3_c1"}
+        "effnet_stem_3x3s2", "convnext_stem_4x4s4", "vae_conv_in_3x3", "unet_conv_in_c4", "gray_3x3_c1",
+        "wav2vec2_conv0", "encodec_conv0_causal", "stereo_k7", "dac_conv0"}
 
 
 def test_public_suite_is_the_shared_one():

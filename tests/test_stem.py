@@ -120,9 +120,9 @@ def test_refusals_say_why():
 
 
 def test_planner_takes_short_stems_only(monkeypatch):
-    """On an H200 (faked where there is none) the planner runs 2-D stems with reductions of at most
-    64 elements here (3x3, 4x4 stride 4), not ResNet's 7x7 (implicit_gemm's space-to-depth copy)
-    nor 1-D problems (not measured) nor tiny ones (the host would wait on its three launches)."""
+    """On an H200 (faked where there is none) the planner runs stems with reductions of at most
+    64 elements here (3x3, 4x4 stride 4, 1-D audio layers), not ResNet's 7x7 (implicit_gemm's
+    space-to-depth copy) nor tiny 2-D ones (the host would wait on its three launches)."""
     if not torch.cuda.is_available():
         h200 = type("Properties", (), {"multi_processor_count": 132, "name": "NVIDIA H200"})()
         monkeypatch.setattr(triton_support, "_cuda_capability_ok", lambda: True)
@@ -136,6 +136,7 @@ def test_planner_takes_short_stems_only(monkeypatch):
     assert chosen((64, 224, 224, 3), (32, 3, 3, 3), stride=2, padding=([0, 0], [1, 1])) == "stem"
     assert chosen((64, 224, 224, 3), (96, 4, 4, 3), stride=4) == "stem"
     assert chosen((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3) == "implicit_gemm"
-    assert chosen((8, 16000, 1), (512, 10, 1), stride=5) != "stem"
+    assert chosen((8, 16000, 1), (512, 10, 1), stride=5) == "stem"  # wav2vec2: host-bound, but 1-D
     assert chosen((1, 32, 32, 3), (16, 3, 3, 3), padding=1) != "stem"  # host-bound: its three launches cost more
+    assert chosen((1, 2000, 1), (16, 7, 1), padding=3) != "stem"
     assert chosen((32, 256, 256, 1), (32, 3, 3, 1), padding=1) == "stem"  # one channel: no depthwise kernel

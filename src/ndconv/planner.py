@@ -299,9 +299,11 @@ def _measured_first(p: ConvProblem) -> str | None:
     space-to-depth copy (r50_stem_7x7s2 103 against 456 us, the stem kernel 128), but the stem
     kernel takes 2-D forwards of at most 4 input channels with short reductions (stem.wins: SD
     VAE's 3x3 conv_in 59 against implicit_gemm's 117 and PyTorch's 168 us, EfficientNet's 3x3
-    stride-2 stem 50 against 66, ConvNeXt's 4x4 stride-4 one 48 against 58), unless the host
-    would wait on its three launches (``_host_bound``: 62 us per call on a tiny stem, against
-    PyTorch's 19); the gather kernel strided ones
+    stride-2 stem 50 against 66, ConvNeXt's 4x4 stride-4 one 48 against 58; audio models' first
+    1-D layers 14-26 us against implicit_gemm's 32-101 and PyTorch's 30-81), except where the
+    host would wait on its three launches (``_host_bound``: 62 us per call on a tiny stem,
+    against PyTorch's 19), the other algorithms' GPU time taken as 3x the floor for 1-D ones
+    (they ran those layers at 3-12x: wav2vec2's, 6 us at its floor, 58-62); the gather kernel strided ones
     whose asymmetric padding PyTorch would pad a copy for (native.pads_a_copy: a 3x3 stride-2
     layer padded (0, 1) on a 56-wide input 56 against 156 us). A high pad that no output reads
     is no asymmetry (native._high_padding drops it): same_pad_s2's (0, 1) on a 57-wide input
@@ -340,7 +342,7 @@ def _measured_first(p: ConvProblem) -> str | None:
             return "toeplitz"
         # the direct kernel, 3x3 too: dw3x3_56 56.2 against 57.4 us, dw3x3s2_112 65.7 against 73.7
         return None
-    if stem.supports(p)[0] and stem.wins(p) and not _host_bound(p):  # three launches: 62 us of host time
+    if stem.supports(p)[0] and stem.wins(p) and not _host_bound(p, 3.0 if p.ndim == 1 else 1.0):
         return "stem"
     asymmetric, strided = native.pads_a_copy(p), any(s > 1 for s in p.stride)
     if strided and asymmetric:  # PyTorch pads a copy first
@@ -371,10 +373,11 @@ TOEPLITZ_MIN_TAPS = 64
 _NATIVE_HOST_S = 46e-6
 
 
-def _host_bound(p: ConvProblem) -> bool:
-    """True when the GPU would finish ``p`` (at its roofline floor, H200 ceilings) before the
-    host has issued PyTorch's call for it: the Triton kernels' cheaper launch then wins."""
-    return max(p.flops / 790e12, p.min_bytes / 4.25e12) < _NATIVE_HOST_S / 4
+def _host_bound(p: ConvProblem, times_floor: float = 1.0) -> bool:
+    """True when the GPU would finish ``p`` (at ``times_floor`` times its roofline floor, H200
+    ceilings) before the host has issued PyTorch's call for it: the Triton kernels' cheaper
+    launch then wins."""
+    return times_floor * max(p.flops / 790e12, p.min_bytes / 4.25e12) < _NATIVE_HOST_S / 4
 
 
 def _tuned_plan(tuned: tuning.Tuned) -> Plan:

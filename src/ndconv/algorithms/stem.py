@@ -1,5 +1,5 @@
-"""Convolutions with few input channels (RGB stems): a kernel row's taps over all channels read as
-one window.
+"""Convolutions with few input channels (RGB stems, audio models' first layers): a kernel row's
+taps over all channels read as one window.
 
 With at most 4 input channels, zero-padded to 4 in a copy that also pads the borders, a row of
 the input holds its positions' channels back to back. The inputs an output reads through one
@@ -21,11 +21,12 @@ stems``, docs/PERFORMANCE.md):
 | SD VAE conv_in, 8x256x256x3 -> 128, 3x3 | 58.8 | 117.4 | 167.6 |
 | grayscale, 32x256x256x1 -> 32, 3x3 | 74.3 | 581.6 | 246.9 |
 | ResNet stem, 64x224x224x3 -> 64, 7x7 s2 | 128.2 | 102.7 | 456.2 |
+| wav2vec2 conv0, 8x16000x1 -> 512, k10 s5 | 19.6 | 62.2 | 58.0 |
+| DAC conv0, 8x44100x1 -> 64, k7 | 25.1 | 101.2 | 77.1 |
 
 The 7x7 stem's reduction (7 kernel rows of 32-element windows) is too long for a kernel whose
 loads are barely overlapped (each issued one product early): 97 us for the GEMM alone, where
-implicit_gemm's TMA pipeline takes 88. ``wins`` holds the measured rule (reductions of at most 64 elements); 1-D problems
-run too but are not chosen without autotuning (not measured).
+implicit_gemm's TMA pipeline takes 88. ``wins`` holds the measured rule (reductions of at most 64 elements).
 """
 
 from __future__ import annotations
@@ -91,9 +92,9 @@ def supports(p):
 
 def wins(p) -> bool:
     """Whether the H200 measured this kernel faster than the others on problems like ``p``
-    (module docstring): 2-D ones whose reduction is at most MAX_REDUCTION elements (1, 3 and 4
-    input channels measured)."""
-    return p.ndim == 2 and _two_d(p.kernel, 1)[0] * _window(p) <= MAX_REDUCTION
+    (module docstring): reductions of at most MAX_REDUCTION elements (1-D and 2-D, 1 to 4 input
+    channels measured)."""
+    return _two_d(p.kernel, 1)[0] * _window(p) <= MAX_REDUCTION
 
 
 def default_config(p) -> Config:

@@ -3,7 +3,8 @@
 ``public`` is the GPU suite (ResNet-50, SD UNet/VAE, MobileNet, ConvNeXt, RepLKNet, ResNeXt,
 Mamba, Whisper, video models, DCGAN/UNet decoders, DeepLab); ``cpu`` holds the same kinds of
 layers scaled down to run on two CPU cores in about a minute; ``stems`` the first layers of
-image models (at most 4 input channels: ResNet, EfficientNet, ConvNeXt, ViT, SD's VAE and UNet). A user's own file has the same
+image and audio models (at most 4 input channels: ResNet, EfficientNet, ConvNeXt, ViT, SD's VAE
+and UNet; wav2vec2, EnCodec, DAC). A user's own file has the same
 schema: a list of objects with ``name, x, w, stride, padding_lo, padding_hi, kernel_dilation,
 input_dilation, groups, flip, dtype, passes`` (and optionally ``model``), MLX's conventions.
 """
