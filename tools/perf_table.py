@@ -37,9 +37,10 @@ def main(*paths: str) -> int:
         print(f"| {r['case']} | {r['pass']} | {r['floor_ms'] * 1e3:.1f} | {base_ms * 1e3:.1f} ({base_name}) "
               f"| {best_ms * 1e3:.1f} ({best_name}) | {base_ms / best_ms:.2f}x | {best_ms / r['floor_ms']:.2f} "
               f"| {r['planner_algorithm']} | {planner_ms * 1e3:.1f} | {regret:.2f} |")
-    print(f"\nplanner over PyTorch: {geomean(fwd):.2f}x forward ({len(fwd)} rows), {geomean(bwd):.2f}x backward "
-          f"({len(bwd)} rows); regret geometric mean {geomean(regrets):.3f}, max {max(regrets):.2f}, "
-          f"{sum(g > 1.15 for g in regrets)} rows above 1.15")
+    directions = ", ".join(f"{geomean(v):.2f}x {name} ({len(v)} rows)" for name, v in (("forward", fwd), ("backward", bwd))
+                           if v)
+    print(f"\nplanner over PyTorch: {directions}; regret geometric mean {geomean(regrets):.3f}, max "
+          f"{max(regrets):.2f}, {sum(g > 1.15 for g in regrets)} rows above 1.15")
     return 0
 
 
