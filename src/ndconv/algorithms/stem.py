@@ -70,6 +70,11 @@ def _two_d(values, fill):
     return (fill,) * (2 - len(values)) + values
 
 
+def _kernel_rows(p) -> int:
+    """Kernel rows: taps along the first axis of a 2-D problem (1 for a 1-D one)."""
+    return _two_d(p.kernel, 1)[0]
+
+
 def supports(p):
     reason = kernel_reason(p)
     if reason:
@@ -94,28 +99,26 @@ def wins(p) -> bool:
     """Whether the H200 measured this kernel faster than the others on problems like ``p``
     (module docstring): reductions of at most MAX_REDUCTION elements (1-D and 2-D, 1 to 4 input
     channels measured)."""
-    return _two_d(p.kernel, 1)[0] * _window(p) <= MAX_REDUCTION
+    return _kernel_rows(p) * _window(p) <= MAX_REDUCTION
 
 
 def default_config(p) -> Config:
     """4 warps; all output channels a program up to 128 (SD VAE's conv_in: 53 against 57 us in
     64 x 64 tiles); 128 positions for narrow outputs (EfficientNet's 32 channels: 30 against 32
     us), else 64; two kernel rows a product where they fill it exactly (ConvNeXt's 4x4: 30
-    against 35 us)."""
+    against 35 us). The GEMM alone on the H200, before the loads were issued early."""
     block_n = min(128, max(16, _pow2(p.out_channels)))
-    kh = _two_d(p.kernel, 1)[0]
-    rows = 2 if kh % 2 == 0 and 2 * _window(p) <= MAX_WINDOW else 1
+    rows = 2 if _kernel_rows(p) % 2 == 0 and 2 * _window(p) <= MAX_WINDOW else 1
     return Config(128 if block_n <= 32 else 64, block_n, rows)
 
 
 def configs(p) -> list[Config]:
     """The search space for autotuning (the default first)."""
     out = [default_config(p)]
-    kh = _two_d(p.kernel, 1)[0]
     widths = sorted({min(128, max(16, _pow2(p.out_channels))), 64, 32})
     for block_m in (64, 128, 256):
         for block_n in widths:
-            for rows in (1, 2) if kh > 1 and 2 * _window(p) <= MAX_WINDOW else (1,):
+            for rows in (1, 2) if _kernel_rows(p) > 1 and 2 * _window(p) <= MAX_WINDOW else (1,):
                 for warps in (4, 8):
                     c = Config(block_m, block_n, rows, warps)
                     if block_m * block_n <= 256 * 64 and c not in out:
