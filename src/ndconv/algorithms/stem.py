@@ -38,7 +38,7 @@ from functools import lru_cache
 import torch
 
 from .implicit_gemm import padded_blocks_launch
-from .triton_support import INTERPRET, BoundLaunch, allocating, cdiv, kernel_reason, needs_int64
+from .triton_support import INTERPRET, BoundLaunch, allocating, cdiv, kernel_reason, meta_views, needs_int64
 
 NAME = "stem"
 CHANNELS = 4  # input channels are padded to this many: 8-byte positions, 16-byte windows
@@ -196,11 +196,10 @@ def prepare(p, config: Config):
     from .implicit_gemm_kernels import padded_blocks_kernel
     from .stem_kernels import stem_fwd_kernel
 
-    if p.flip:
+    views = meta_views(p)
+    if p.flip or views is None:
         return None
-    meta_x, meta_w, meta_out = (torch.empty(s, device="meta", dtype=p.dtype)
-                                for s in (*p.operand_shapes, p.result_shape))
-    x, w, out = (t.unsqueeze(1) for t in (meta_x, meta_w, meta_out)) if p.ndim == 1 else (meta_x, meta_w, meta_out)
+    x, w, out = _natural(p, *views)  # share the natural operands' data pointers
     (xp, copy_x), (wp, copy_w), launch = _launches(p, x, w, out, config)
     bound_x = BoundLaunch(padded_blocks_kernel, *copy_x, operands=(x, xp))
     bound_w = BoundLaunch(padded_blocks_kernel, *copy_w, operands=(w, wp))
