@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from .triton_support import (
-    BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, sm_count,
-    spatial_strides,
+    BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, pow2_at_least,
+    sm_count, spatial_strides,
 )
 
 NAME = "depthwise"
@@ -74,11 +74,7 @@ def _pow2_divisor(n: int, limit: int) -> int:
     best = n & -n
     if best >= 16 or best >= n:
         return min(best, limit)
-    return min(limit, 1 << (n - 1).bit_length())
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << (n - 1).bit_length()
+    return pow2_at_least(n, hi=limit)
 
 
 def _wgrad_cols(width: int) -> int:
@@ -94,7 +90,7 @@ def _strip_cols(width: int, strips: int, target: int) -> int:
     it (at most the width), the one whose tiles of at most ``strips`` strips pad the axis least
     (ties: the shortest). For a 56-wide axis: target 3 -> 4, 6 -> 7, 14 -> 14."""
     def padded(cols):
-        per_tile = min(strips, _pow2_at_least(cdiv(width, cols))) * cols
+        per_tile = min(strips, pow2_at_least(cdiv(width, cols))) * cols
         return cdiv(width, per_tile) * per_tile
     lo = max(1, min(target, width))
     return min(range(lo, max(lo + 1, min(2 * target, width + 1))), key=lambda cols: (padded(cols), cols))
@@ -158,7 +154,7 @@ def default_config(p) -> Config:
         block_o = _pow2_divisor(p.out_channels, 128)
         strips = max(1, min(128, 2 * 32 * 8 // block_o))
         return Config(strips, block_o, 4, cols=_default_cols(p, strips))
-    block_o = min(32, _pow2_at_least(p.out_channels))
+    block_o = min(32, pow2_at_least(p.out_channels))
     strips = max(1, min(128, 4 * 32 * 4 // block_o))
     short = max(p.kernel) <= 3
     capped = not short and p.ndim == 2
@@ -228,8 +224,8 @@ def _fwd_tile(p, config: Config):
     SO2, SO3 = pad3(p.out_spatial, 1)[1:]
     rows = _strip_rows(p, config)
     cols = config.cols or _default_cols(p, config.block_p, config.unroll)
-    strips = min(config.block_p, config.tile_w or _pow2_at_least(cdiv(SO3, cols)))
-    return min(config.block_p // strips, _pow2_at_least(cdiv(SO2, rows))), strips, cols, rows
+    strips = min(config.block_p, config.tile_w or pow2_at_least(cdiv(SO3, cols)))
+    return min(config.block_p // strips, pow2_at_least(cdiv(SO2, rows))), strips, cols, rows
 
 
 def _geometry(stride, kdil, idil, lo):

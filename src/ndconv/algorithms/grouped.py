@@ -43,6 +43,7 @@ from .triton_support import (
     kernel_reason,
     needs_int64,
     pad3,
+    pow2_at_least,
     sm_count,
     spatial_strides,
 )
@@ -70,10 +71,6 @@ class Config:
     fma: bool = False  # direct forward: CUDA cores instead (power-of-two groups, whole blocks)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def _pack_factors(p) -> list[int]:
     """Divisors d > 1 of the group count that leave packed groups at most 4x TARGET_WIDTH wide."""
     cg, og = group_channels(p)
@@ -99,7 +96,7 @@ def _default_block_g(p) -> int:
     """The fewest whole groups whose input and output channels both fill MIN_BLOCK (a power of
     two: the block widths are, so no lane is wasted on a partial group)."""
     cg, og = group_channels(p)
-    return _pow2(-(-MIN_BLOCK // min(cg, og)))
+    return pow2_at_least(-(-MIN_BLOCK // min(cg, og)))
 
 
 def supports(p):
@@ -276,7 +273,7 @@ def _blocks(p, config: Config):
     """(groups per block, input lanes, output lanes, every lane real)."""
     cg, og = group_channels(p)
     bg = config.block_g or _default_block_g(p)
-    bci, bco = max(MIN_BLOCK, _pow2(bg * cg)), max(MIN_BLOCK, _pow2(bg * og))
+    bci, bco = max(MIN_BLOCK, pow2_at_least(bg * cg)), max(MIN_BLOCK, pow2_at_least(bg * og))
     return bg, bci, bco, p.groups % bg == 0 and bci == bg * cg and bco == bg * og
 
 
@@ -296,7 +293,7 @@ def _precision(p) -> str:
 def _fma_possible(p, config: Config) -> bool:
     even = _blocks(p, config)[3]
     cg, og = group_channels(p)
-    return even and cg == _pow2(cg) and og == _pow2(og)
+    return even and cg == pow2_at_least(cg) and og == pow2_at_least(og)
 
 
 def _run_direct(p, x, w, out, config: Config):
@@ -308,8 +305,8 @@ def _run_direct(p, x, w, out, config: Config):
     bg, bci, bco, even = _blocks(p, config)
     SO1, SO2, SO3 = pad3(p.out_spatial, 1)
     rows = p.batch * SO1 * SO2 * SO3
-    tile_w = min(config.tile_w, _pow2(SO3))
-    tile_h = min(config.block_p // tile_w, _pow2(SO2)) if tile_w else 0
+    tile_w = min(config.tile_w, pow2_at_least(SO3))
+    tile_h = min(config.block_p // tile_w, pow2_at_least(SO2)) if tile_w else 0
     if tile_h * tile_w < MIN_BLOCK:  # flat rows (also for 1-D problems and narrow tiles)
         tile_h, tile_w = 0, config.block_p
         tiles = cdiv(rows, tile_w)
@@ -354,7 +351,7 @@ def _tap_split(taps: int, bci: int, lanes: int) -> tuple[int, int, int]:
     most = max(1, lanes // bci)
     ta = min(1 << (taps.bit_length() - 1), 1 << (most.bit_length() - 1))
     rest = taps % ta
-    return ta, taps // ta, _pow2(rest) if rest else 0
+    return ta, taps // ta, pow2_at_least(rest) if rest else 0
 
 
 def _run_direct_wgrad(p, x_t, dy_t, dw_t, config: Config):

@@ -53,6 +53,7 @@ from .triton_support import (
     meta_views,
     needs_int64,
     pad3,
+    pow2_at_least,
     sm_count,
     spatial_strides,
 )
@@ -94,10 +95,6 @@ def supports(p):
     return True, "Triton implicit GEMM: input read per tap, nothing unfolded in memory" + path
 
 
-def _pow2_at_least(n: int, lo: int, hi: int) -> int:
-    return max(lo, min(hi, 1 << max(0, n - 1).bit_length()))
-
-
 def default_config(p) -> Config:
     """Tile shapes by the problem's shape class: the TMA path's (``tma_config``) on Hopper for
     the problems it takes, else the gather path's (``gather_config``)."""
@@ -113,9 +110,9 @@ def gather_wgrad_config(p) -> Config:
     half = p.dtype != torch.float32
     rows_of_dw = p.o_per_group if _gathers_input(p) else p.batch  # O/g, or C/g when dy is gathered
     cols_per_tap = p.batch if _gathers_input(p) else p.o_per_group  # C/g, or O/g
-    block_m = _pow2_at_least(rows_of_dw, 16, 128)
+    block_m = pow2_at_least(rows_of_dw, 16, 128)
     tapwise = cols_per_tap >= 64  # full column tiles within a tap
-    block_n = min(128, _pow2_at_least(cols_per_tap, 16, 128)) if tapwise else 128
+    block_n = min(128, pow2_at_least(cols_per_tap, 16, 128)) if tapwise else 128
     if not half:
         block_n = min(block_n, 64)
     warps = 8 if block_m * block_n >= 128 * 64 else 4
@@ -137,7 +134,7 @@ def gather_config(p) -> Config:
     else:
         block_m = 128 if M >= 4096 else 64
     short = K <= 128 and not packed  # few reduction steps: smaller steps, deeper pipeline
-    block_k = 16 if packed else 32 if short or not half else min(64, _pow2_at_least(p.c_per_group, 16, 64))
+    block_k = 16 if packed else 32 if short or not half else min(64, pow2_at_least(p.c_per_group, 16, 64))
     # fp32: 8 warps measured 40% slower; packed (stems): 4 warps with 256-row tiles, 16-wide steps
     warps = 8 if half and not packed and block_m * block_n >= 128 * 64 else 4
     stages = 4 if short else 3 if half else 2
@@ -437,9 +434,9 @@ def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int =
     so1, so2, so3 = out_spatial
     if box_w:
         b3 = min(box_w, block_m)
-        b2 = min(box_h or _pow2_at_least(so2, 1, TMA_BOX_MAX), block_m // b3)
+        b2 = min(box_h or pow2_at_least(so2, 1, TMA_BOX_MAX), block_m // b3)
         rest = block_m // (b3 * b2)
-        b1 = min(rest, _pow2_at_least(so1, 1, TMA_BOX_MAX))
+        b1 = min(rest, pow2_at_least(so1, 1, TMA_BOX_MAX))
         return rest // b1, b1, b2, b3
     boxes = []
     pow2 = [1 << i for i in range(block_m.bit_length())]
@@ -448,7 +445,7 @@ def _tma_box(out_spatial, batch: int, block_m: int, box_h: int = 0, box_w: int =
             for b1 in pow2:
                 bb = block_m // (b3 * b2 * b1)
                 if bb < 1 or bb * b1 * b2 * b3 != block_m or any(
-                        b > (1 if row else _pow2_at_least(n, 1, TMA_BOX_MAX))
+                        b > (1 if row else pow2_at_least(n, 1, TMA_BOX_MAX))
                         for b, n, row in zip((b1, b2, b3), (so1, so2, so3), rows)):
                     continue
                 boxes.append((fit(batch, bb) * fit(so1, b1) * fit(so2, b2) * fit(so3, b3), (bb, b1, b2, b3)))
@@ -817,7 +814,7 @@ def tma_wgrad_config(p) -> Config:
     and 33.4 -> 23.3 at 7x7."""
     Cg, Og = group_channels(p)
     block_o = 128 if Og >= 128 else 64
-    block_c = _pow2_at_least(Cg, 16, 128)
+    block_c = pow2_at_least(Cg, 16, 128)
     taps3 = p.out_spatial[-1]  # the forward's kernel along the last axis
     if pointwise_wgrad(p):
         return Config(64, min(block_c, 64), 64, 4, 6, tma=True)
@@ -1625,7 +1622,7 @@ def padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int):
     width = math.prod(stride) * channels
     y = torch.empty((N, *blocks, width), dtype=x.dtype, device=x.device)
     rows = N * math.prod(blocks)
-    cols = 1 << (width - 1).bit_length()
+    cols = pow2_at_least(width)
     block_r = max(1, min(128, 4096 // cols))
     args = (x, y, rows, *pad3(blocks, 1), *pad3(x.shape[1:-1], 1), *pad3(lo, 0), C,
             x.stride(0), *spatial_strides(x, 1, D), *pad3(stride, 1), channels, cols, block_r, needs_int64(x, y))

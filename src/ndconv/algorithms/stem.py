@@ -38,7 +38,16 @@ from functools import lru_cache
 import torch
 
 from .implicit_gemm import padded_blocks_launch
-from .triton_support import INTERPRET, BoundLaunch, allocating, cdiv, kernel_reason, meta_views, needs_int64
+from .triton_support import (
+    INTERPRET,
+    BoundLaunch,
+    allocating,
+    cdiv,
+    kernel_reason,
+    meta_views,
+    needs_int64,
+    pow2_at_least,
+)
 
 NAME = "stem"
 CHANNELS = 4  # input channels are padded to this many: 8-byte positions, 16-byte windows
@@ -54,14 +63,10 @@ class Config:
     num_warps: int = 4
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def _window(p) -> int:
     """Elements of a kernel row's window: its span along the last axis times the padded channels,
     rounded up to a power of two (at least 16, the tensor cores' smallest reduction)."""
-    return max(16, _pow2(p.span[-1] * CHANNELS))
+    return max(16, pow2_at_least(p.span[-1] * CHANNELS))
 
 
 def _two_d(values, fill):
@@ -107,7 +112,7 @@ def default_config(p) -> Config:
     64 x 64 tiles); 128 positions for narrow outputs (EfficientNet's 32 channels: 30 against 32
     us), else 64; two kernel rows a product where they fill it exactly (ConvNeXt's 4x4: 30
     against 35 us). The GEMM alone on the H200, before the loads were issued early."""
-    block_n = min(128, max(16, _pow2(p.out_channels)))
+    block_n = pow2_at_least(p.out_channels, 16, 128)
     rows = 2 if _kernel_rows(p) % 2 == 0 and 2 * _window(p) <= MAX_WINDOW else 1
     return Config(128 if block_n <= 32 else 64, block_n, rows)
 
@@ -115,7 +120,7 @@ def default_config(p) -> Config:
 def configs(p) -> list[Config]:
     """The search space for autotuning (the default first)."""
     out = [default_config(p)]
-    widths = sorted({min(128, max(16, _pow2(p.out_channels))), 64, 32})
+    widths = sorted({pow2_at_least(p.out_channels, 16, 128), 64, 32})
     for block_m in (64, 128, 256):
         for block_n in widths:
             for rows in (1, 2) if _kernel_rows(p) > 1 and 2 * _window(p) <= MAX_WINDOW else (1,):

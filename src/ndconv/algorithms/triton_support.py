@@ -48,6 +48,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def pow2_at_least(n: int, lo: int = 1, hi: int | None = None) -> int:
+    """The smallest power of two >= n (Triton's block shapes are powers of two), within [lo, hi]."""
+    p = 1 << max(0, n - 1).bit_length()
+    return max(lo, p if hi is None else min(hi, p))
+
+
 def pad3(values, fill):
     """Per-axis values padded in front to three spatial axes (kernels are written for three)."""
     values = tuple(values)

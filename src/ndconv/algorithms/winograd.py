@@ -48,7 +48,7 @@ from functools import lru_cache
 import torch
 
 from .gemm import workspace_limit
-from .triton_support import INTERPRET, cdiv, kernel_reason, needs_int64
+from .triton_support import INTERPRET, cdiv, kernel_reason, needs_int64, pow2_at_least
 
 NAME = "winograd"
 MIN_CHANNELS = 16  # per group, both C and O: smaller GEMMs waste tensor-core tiles
@@ -158,18 +158,14 @@ def _tiles(p, m: int) -> int:
     return p.batch * math.prod(cdiv(s, m) for s in p.out_spatial)
 
 
-def _pow2_at_least(n: int, lo: int, hi: int) -> int:
-    return max(lo, min(hi, 1 << max(0, n - 1).bit_length()))
-
-
 def default_config(p) -> Config:
     """F(4x4, 3x3) where it is within the dtype's tolerance (exact fp32), else F(2x2, 3x3).
     GEMM tiles as the implicit GEMM's for its shape class; not yet tuned on the GPU."""
     exact_fp32 = p.dtype == torch.float32 and not p.allow_tf32
     m = 4 if exact_fp32 else 2
     half = p.dtype != torch.float32
-    block_n = _pow2_at_least(p.o_per_group, 16, 128 if half else 64)
-    block_k = _pow2_at_least(p.c_per_group, 16, 64 if half else 32)
+    block_n = pow2_at_least(p.o_per_group, 16, 128 if half else 64)
+    block_k = pow2_at_least(p.c_per_group, 16, 64 if half else 32)
     block_m = 128 if _tiles(p, m) >= 4096 else 64
     warps = 8 if half and block_m * block_n >= 128 * 64 else 4
     return Config(m, block_m, block_n, block_k, warps, 3)
