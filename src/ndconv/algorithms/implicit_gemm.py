@@ -485,7 +485,7 @@ def tma_config(p) -> Config:
         O, bk = p.out_channels, _rows_block_k(p)
         if O <= 64:
             config = Config(128, 64, bk, 4, 4, tma=True, rows=True)
-        elif p.ndim == 1 and not _rows_gemm(p) and cdiv(O, 256) * 256 <= 1.25 * O:
+        elif p.ndim == 1 and not _pointwise(p) and cdiv(O, 256) * 256 <= 1.25 * O:
             config = Config(128, 256, bk, 8, 3, tma=True, rows=True)
             if fill(config) < 0.9:
                 config = Config(128, 128, bk, 4, 5, tma=True, rows=True)
@@ -745,7 +745,7 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
     x_shape = [N, *S, G * Cg]
     x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
     y_strides = [out.stride(0), *spatial_strides(out, 1, D)]
-    if _rows_gemm(p) and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
+    if _pointwise(p) and _mergeable(x, 0, D) and _mergeable(out, 0, D):  # a plain GEMM over N*S rows
         rows = N * math.prod(S)
         x_shape, x_strides = [1, 1, 1, rows, G * Cg], [0, 0, 0, x.stride(D), 1]
         y_strides = [0, 0, 0, out.stride(D)]
@@ -1017,7 +1017,7 @@ def _plain_wgrad(p) -> bool:
     return all(s == 1 for s in p.kernel_dilation) and all(d == 1 for d in p.input_dilation)
 
 
-def _rows_gemm(p) -> bool:
+def _pointwise(p) -> bool:
     """Whether problem ``p`` reads, per output position, only one input row (1x1 kernel, no
     padding or input dilation): at stride 1 (``_flat_rows``) a GEMM over the N*S rows (per group)."""
     return (all(k == 1 for k in p.kernel) and all(d == 1 for d in p.input_dilation)
@@ -1027,7 +1027,7 @@ def _rows_gemm(p) -> bool:
 def _flat_rows(p) -> bool:
     """Whether ``p`` is one GEMM over its N*S input rows, output row i reading input row i (a
     strided 1x1 problem is not: its output rows step over input rows)."""
-    return _rows_gemm(p) and all(s == 1 for s in p.stride)
+    return _pointwise(p) and all(s == 1 for s in p.stride)
 
 
 def rows_gemm(p) -> bool:
