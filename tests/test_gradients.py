@@ -69,6 +69,73 @@ def test_transposed_gradients_with_stride(ndim):
     torch.testing.assert_close(gw, rw.movedim(0, -1))
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_gradgradcheck(case, algorithm):
+    """Second derivatives (gradient penalties, Hessian-vector products): the gradients are
+    convolutions again, differentiable like the forward."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(case.x, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(case.w, generator=g, dtype=torch.float64, requires_grad=True)
+    fn = lambda x, w: ndconv.conv_general(x, w, algorithm=algorithm, **case.args)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, (x, w), eps=1e-6, atol=1e-7, fast_mode=True)
+
+
+@pytest.mark.parametrize("name", ["2d_mixed_everything", "2d_convT_3x3s2_asym", "1d_groups_mult"])
+def test_third_derivatives(name):
+    """The input gradient as a function of (x, w), differentiated twice more."""
+    case = next(c for c in ndconv.testing.CASES if c.name == name)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(case.x, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(case.w, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(ndconv.conv_general(x, w, **case.args).shape, generator=g, dtype=torch.float64)
+
+    def dx_dw(x, w):
+        y = ndconv.conv_general(x, w, **case.args)
+        return torch.autograd.grad(y, (x, w), v * y, create_graph=True)  # v * y: dx, dw depend on x and w
+
+    assert torch.autograd.gradgradcheck(dx_dw, (x, w), eps=1e-6, atol=1e-7, fast_mode=True)
+
+
+@pytest.mark.parametrize("name", ["2d_mixed_everything", "2d_convT_4x4s2", "3d_grouped_strided"])
+def test_compiled_op_second_derivatives(name):
+    """The custom op that torch.compile traces carries the same derivative formulas (checked
+    eagerly: the op is differentiable outside compile too)."""
+    from ndconv.autograd import _conv_op
+
+    case = next(c for c in ndconv.testing.CASES if c.name == name)
+    p = case.problem(torch.float64)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(case.x, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(case.w, generator=g, dtype=torch.float64, requires_grad=True)
+    fn = lambda x, w: _conv_op(x, w, p.to_ints(), "fwd", "")  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, (x, w), eps=1e-6, atol=1e-7, fast_mode=True)
+
+
+@pytest.mark.parametrize(("name", "algorithm"), [("2d_3x3", "implicit_gemm"), ("2d_convT_3x3s2_asym", "implicit_gemm"),
+                                                 ("2d_dw5x5_s2_mult2", "depthwise"), ("2d_grouped_g4", "grouped")])
+def test_second_derivatives_on_triton_kernels(name, algorithm):
+    """A gradient penalty's derivatives run every pass on the forced kernel (in the interpreter
+    on a CPU): compared with the float64 reference's."""
+    case = next(c for c in ndconv.testing.CASES if c.name == name)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(10)
+    x0 = torch.randn(case.x, generator=g, dtype=torch.float64)
+    w0 = torch.randn(case.w, generator=g, dtype=torch.float64) / case.w[-1] ** 0.5
+    v0 = torch.randn(ndconv.conv_general(x0, w0, **case.args).shape, generator=g, dtype=torch.float64)
+
+    def penalty_grads(dtype, algorithm):
+        x, w, v = (t.to(device, dtype).requires_grad_(True) for t in (x0, w0, v0))
+        y = ndconv.conv_general(x, w, algorithm=algorithm, **case.args)
+        dx, dw = torch.autograd.grad(y, (x, w), v, create_graph=True)
+        return torch.autograd.grad(dx.square().sum() + dw.square().sum(), (x, w, v))
+
+    tol = ndconv.testing.tolerance(case.problem(torch.float32)) * 10  # two passes deep, fp32
+    for ours, ref, what in zip(penalty_grads(torch.float32, algorithm), penalty_grads(torch.float64, "reference"),
+                               ("x", "w", "dy")):
+        ndconv.testing.assert_close(ours.cpu(), ref, tol, f"{name} {algorithm} d/d{what}")
+
+
 def test_only_needed_gradients_are_computed():
     x = torch.randn(1, 5, 5, 2, dtype=torch.float64, requires_grad=True)
     w = torch.randn(3, 3, 3, 2, dtype=torch.float64)
