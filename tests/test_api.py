@@ -32,6 +32,32 @@ def test_length_one_sequences_broadcast():
     torch.testing.assert_close(a, b)
 
 
+def test_numpy_integers_are_ints():
+    np = pytest.importorskip("numpy")
+    x, w = _data((1, 7, 7, 4), (6, 3, 3, 2))
+    a = ndconv.conv_general(x, w, stride=np.int64(2), padding=[np.int32(1), 1], groups=np.int64(2))
+    b = ndconv.conv_general(x, w, stride=2, padding=1, groups=2)
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="autocast on CUDA needs a GPU; CPU autocast runs everywhere"))])
+def test_autocast_runs_in_its_lower_precision(device):
+    """As PyTorch's convolutions do: float32 operands cast to the autocast dtype, float64 kept;
+    gradients come back in the operands' own dtypes."""
+    x, w = (t.float().to(device).requires_grad_(True) for t in _data((2, 6, 6, 4), (5, 3, 3, 4)))
+    low = torch.bfloat16 if device == "cpu" else torch.float16
+    with torch.autocast(device, dtype=low):
+        y = ndconv.conv2d(x, w, padding=1)
+        y64 = ndconv.conv2d(x.double(), w.double(), padding=1)
+    assert y.dtype == low and y64.dtype == torch.float64
+    ref = _oracle(x.detach().cpu().double(), w.detach().cpu().double(), dict(padding=1))
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=3e-2, atol=3e-2)
+    y.float().sum().backward()
+    assert x.grad.dtype == torch.float32 and w.grad.dtype == torch.float32
+    assert ndconv.conv2d(x, w, padding=1).dtype == torch.float32  # outside autocast: as given
+
+
 @pytest.mark.parametrize(
     "xd,wd,out",
     [

@@ -6,6 +6,7 @@ dtypes as MLX does, and runs the problem through one differentiable op.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Sequence
 
@@ -19,17 +20,24 @@ _WRAPPER_NDIM = {"conv1d": 1, "conv2d": 2, "conv3d": 3, "conv_transpose1d": 1,
                  "conv_transpose2d": 2, "conv_transpose3d": 3}
 
 
+def _int(value):
+    """``value`` as an int if it is an integer (Python's or NumPy's, not a bool), else None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
 def _ints(op: str, name: str, value, ndim: int) -> tuple[int, ...]:
     """An int or a sequence of ints (length 1 broadcasts) as one int per spatial axis."""
-    if isinstance(value, bool):
-        raise ValueError(f"{op}: {name} must be an int or a sequence of ints, got {value!r}")
-    if isinstance(value, int):
-        return (value,) * ndim
-    if isinstance(value, Sequence) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if _int(value) is not None:
+        return (_int(value),) * ndim
+    if isinstance(value, Sequence) and all(_int(v) is not None for v in value):
         if len(value) == 1:
-            return (value[0],) * ndim
+            return (_int(value[0]),) * ndim
         if len(value) == ndim:
-            return tuple(value)
+            return tuple(_int(v) for v in value)
         raise ValueError(
             f"{op}: {name} must have one entry per spatial axis ({ndim}) or a single entry, "
             f"got {list(value)}"
@@ -128,7 +136,7 @@ def make_problem(
         padding_hi=hi,
         kernel_dilation=_ints(op, "kernel_dilation", kernel_dilation, ndim),
         input_dilation=_ints(op, "input_dilation", input_dilation, ndim),
-        groups=groups,
+        groups=groups if _int(groups) is None else _int(groups),
         flip=flip,
         dtype=dtype,
         device=device_type,
@@ -169,6 +177,8 @@ def conv_general(
     """
     if algorithm is not None:
         planner.lookup(algorithm)
+    if isinstance(input, torch.Tensor) and torch.is_autocast_enabled("cuda" if input.is_cuda else input.device.type):
+        input, weight = _autocast(input, weight)
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
     key = None if torch.compiler.is_compiling() else _call_key(
         input, weight, stride, padding, kernel_dilation, input_dilation, groups, flip)
@@ -212,6 +222,18 @@ def conv_general(
     if entry is not None and entry[1] is None and not p.is_trivial and _inference(input, weight):
         entry[1] = planner.plan(p, algorithm).runner(p)  # planned by now: a cache hit
     return out
+
+
+def _autocast(input, weight):
+    """Under ``torch.autocast`` a convolution runs in its lower precision, as PyTorch's do:
+    floating operands other than float64 are cast to the autocast dtype."""
+    dtype = torch.get_autocast_dtype(input.device.type)
+
+    def cast(t):
+        eligible = isinstance(t, torch.Tensor) and t.dtype in (torch.float32, torch.float16, torch.bfloat16)
+        return t.to(dtype) if eligible else t
+
+    return cast(input), cast(weight)
 
 
 def _inference(input, weight) -> bool:
