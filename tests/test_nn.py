@@ -28,6 +28,18 @@ def test_conv_layer_shapes_init_and_bias(ndim):
     assert "kernel_size=" in repr(layer) and "groups=2" in repr(layer)
 
 
+def test_layer_under_autocast_keeps_autocast_dtype():
+    """The bias is added in the convolution's dtype, as torch.nn's layers return autocast's."""
+    layer = nn.Conv2d(3, 4, 3, padding=1)
+    with torch.no_grad():
+        layer.bias.uniform_(-1, 1)
+    x = torch.randn(2, 5, 5, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), layer(x), rtol=3e-2, atol=3e-2)
+
+
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_transposed_layer(ndim):
     layer = getattr(nn, f"ConvTranspose{ndim}d")(4, 6, 3, stride=2, padding=1, output_padding=1, bias=False)

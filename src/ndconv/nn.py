@@ -81,7 +81,7 @@ class _ConvNd(torch.nn.Module):
             y = getattr(api, f"conv{self._ndim}d")(
                 x, self.weight, self.stride, self.padding, self.dilation, self.groups
             )
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.to(y.dtype)  # autocast's dtype, as torch.nn's
 
     def extra_repr(self) -> str:
         out_channels, in_per_group = self.weight.shape[0], self.weight.shape[-1]
