@@ -179,3 +179,63 @@ def test_torch_compile_traces_one_op():
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(gx, rx)
     torch.testing.assert_close(gw, rw)
+
+
+def test_calls_run_on_the_operands_gpu(monkeypatch):
+    """A CUDA plan's call makes its operands' GPU current while it runs (Triton launches on the
+    current device), and only when another one is current (checked with stand-ins on a CPU)."""
+    from ndconv.algorithms import on_operands_gpu
+
+    current, seen = [0], []
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            self.saved, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.saved
+
+    class Operand:
+        def __init__(self, index):
+            self.index = index
+
+        def get_device(self):
+            return self.index
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    call = on_operands_gpu(lambda a, b: seen.append(current[0]) or "result")
+    assert call(Operand(1), None) == "result" and call(Operand(0), None) == "result"
+    assert seen == [1, 0] and current[0] == 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("first", [0, 1], ids=["planned-on-gpu0", "planned-on-gpu1"])
+def test_second_gpu_while_the_first_is_current(first):
+    """Each GPU's tensors run on that GPU, whichever was current when the plan was made (its
+    prepared launches hold tables made then): forward, transposed (a phase table) and both
+    gradients."""
+    calls = [("conv2d", None, 1), ("conv2d", "implicit_gemm", 1), ("conv2d", "depthwise", 16),
+             ("conv_transpose2d", "implicit_gemm", 1), ("conv2d", "grouped", 4)]
+    for op, algorithm, groups in calls:
+        x, w = _data((2, 9, 9, 16), (16, 3, 3, 16 // groups))
+        kwargs = dict(stride=2, padding=1, output_padding=1) if op == "conv_transpose2d" else dict(padding=1)
+        fn = getattr(ndconv, op)
+        x.requires_grad_(True)
+        w.requires_grad_(True)
+        ref = fn(x, w, groups=groups, **kwargs)
+        dy = torch.randn(ref.shape, dtype=torch.float64)
+        ref_dx, ref_dw = torch.autograd.grad(ref, (x, w), dy)
+        for index in (first, 1 - first):
+            xd, wd = (t.detach().to(f"cuda:{index}", torch.bfloat16).requires_grad_(True) for t in (x, w))
+            with torch.cuda.device(1 - index):
+                y = fn(xd, wd, groups=groups, algorithm=algorithm, **kwargs)
+                dx, dw = torch.autograd.grad(y, (xd, wd), dy.to(y))
+                torch.cuda.synchronize(index)
+            assert y.device == dx.device == dw.device == torch.device("cuda", index)
+            for got, want, what in ((y, ref, "y"), (dx, ref_dx, "dx"), (dw, ref_dw, "dw")):
+                ndconv.testing.assert_close(got.cpu(), want, ndconv.testing.TOL[torch.bfloat16],
+                                            f"{op} {algorithm} on cuda:{index}: {what}")

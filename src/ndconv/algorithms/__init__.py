@@ -19,7 +19,8 @@ REGISTRY = {module.NAME: module for module in (
 def prepared_call(algorithm, p, config):
     """``algorithm``'s computation of problem ``p`` as a function of the pass's natural
     contiguous operands that returns the natural result: its ``prepare`` where it has one (the
-    per-call work done once), else its ``run`` on the operands' views."""
+    per-call work done once), else its ``run`` on the operands' views. On CUDA it runs on the
+    operands' GPU, whichever is current."""
     prepare = getattr(algorithm, "prepare", None)
     call = prepare(p, config) if prepare is not None else None
     if call is None:
@@ -27,4 +28,16 @@ def prepared_call(algorithm, p, config):
             out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
             algorithm.run(p, *p.views(a, b, out), config)
             return out
-    return call
+    return on_operands_gpu(call) if p.device == "cuda" else call
+
+
+def on_operands_gpu(call):
+    """``call`` made current on its first operand's GPU while it runs, where another GPU is
+    current: Triton launches (and compiles) on the current device, and PyTorch allocates there."""
+    def guarded(a, *rest):
+        index = a.get_device()
+        if index == torch.cuda.current_device():
+            return call(a, *rest)
+        with torch.cuda.device(index):
+            return call(a, *rest)
+    return guarded

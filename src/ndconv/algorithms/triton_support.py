@@ -122,6 +122,7 @@ class BoundLaunch:
         self.kernel, self.meta, self.positional = kernel, meta, len(args)
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self._compiled = {}  # device index -> (compiled kernel, operands' 16-byte alignment, _RawLaunch)
+        self._values = {}  # device index -> values with their constant tensors on that GPU
         if not INTERPRET:
             from triton import knobs
             from triton.runtime import driver
@@ -133,16 +134,30 @@ class BoundLaunch:
             values[i] = descriptor = object.__new__(type(template))
             descriptor.__dict__.update(template.__dict__, base=operands[k])
 
+    def _on_device(self, device: int) -> list:
+        """The values with each constant tensor (a table made when the launch was prepared, on
+        the GPU current then) on GPU ``device``, copied there once."""
+        found = self._values.get(device)
+        if found is None:
+            slots = {i for i, _ in self.slots}
+            found = [v.to(torch.device("cuda", device)) if isinstance(v, torch.Tensor) and i not in slots
+                     and v.is_cuda and v.get_device() != device else v for i, v in enumerate(self.values)]
+            self._values[device] = found
+        return found
+
     def __call__(self, *operands) -> None:
-        values = self.values.copy()
-        for i, k in self.slots:
-            values[i] = operands[k]
         if INTERPRET:
+            values = self.values.copy()
+            for i, k in self.slots:
+                values[i] = operands[k]
             self._with_descriptors(values, operands)
             self.kernel[self.grid](*values[:self.positional], **self.meta)
             return
-        aligned = tuple(t.data_ptr() % 16 == 0 for t in operands)
         device = operands[0].get_device()
+        values = self._on_device(device).copy()
+        for i, k in self.slots:
+            values[i] = operands[k]
+        aligned = tuple(t.data_ptr() % 16 == 0 for t in operands)
         hit = self._compiled.get(device)
         if hit is None or hit[1] != aligned or _hooked(self._hooks.launch_enter_hook):
             self._with_descriptors(values, operands)
