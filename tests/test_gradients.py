@@ -182,3 +182,84 @@ def test_one_call_for_both_gradients_only_where_both_plans_are_plain():
     assert planner.gradients(plain, "gemm") is None  # forced elsewhere
     assert planner.gradients(make_problem((2, 6, 6, 4), (5, 3, 3, 4), padding=([0, 1], [1, 1]),
                                           dtype=torch.float64)) is None  # asymmetric: F.pad first
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_pytorch_autograd_path_computes_what_the_passes_do(case, dtype):
+    """Where the planner hands a differentiable call to PyTorch's own op (planner.differentiable:
+    both gradients one convolution_backward, the forward PyTorch's convolution), its result and
+    gradients equal the planned calls' (on a CPU exactly) and the reference's within tolerance,
+    and only there is it used."""
+    from ndconv import autograd, planner
+    from ndconv.algorithms import native
+
+    p = case.problem(dtype, "cuda" if torch.cuda.is_available() else "cpu")
+    direct = planner.differentiable(p)
+    forward_native = planner.plan(p).name == "native"
+    plain = native._plain(p, planner.plan(p).config) is not None if forward_native else False
+    if planner.gradients(p) is None or not (forward_native or planner._host_bound(p)):
+        assert direct is None, case
+        return
+    if not plain and forward_native:
+        assert direct is None, case
+        return
+    if direct is None:  # host-bound: the views must be plain ones
+        assert native.differentiable(p, None) is None
+        return
+    _same_as_the_passes(p, direct)
+
+
+def _same_as_the_passes(p, direct):
+    from ndconv import autograd, planner
+
+    x, w = (t.requires_grad_(True) for t in ndconv.testing.random_operands(p, 11))
+    y = direct(x, w)
+    assert "ConvolutionBackward" in _graph_nodes(y)
+    dy = ndconv.testing.random_operands(p.wgrad(), 12)[1]
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    xd, wd = x.detach(), w.detach()
+    torch.testing.assert_close(y, autograd.compute(p, "fwd", xd, wd, "native"), rtol=0, atol=0)
+    d, g = p.dgrad(), p.wgrad()
+    both = planner.gradients(p)(xd, wd, dy)  # one convolution_backward, as PyTorch's node calls it
+    if p.device == "cpu":  # the same kernels (on a GPU cuDNN may pick another algorithm: round-off)
+        torch.testing.assert_close(dx, both[0], rtol=0, atol=0)
+        torch.testing.assert_close(dw, both[1], rtol=0, atol=0)
+    ndconv.testing.assert_close(dx, ndconv.testing.reference_result(d, dy, wd), ndconv.testing.tolerance(d), "dx")
+    expected_dw = ndconv.testing.reference_result(g, xd, dy)  # the gradient of the weight as read
+    expected_dw = expected_dw.flip(tuple(range(1, 1 + p.ndim))) if p.flip else expected_dw
+    ndconv.testing.assert_close(dw, expected_dw, ndconv.testing.tolerance(g), "dw")
+    assert "PyTorch's own differentiable convolution" in str(planner.explain(p))
+
+
+def test_pytorch_autograd_path_only_unforced(monkeypatch):
+    from ndconv import planner
+    from ndconv.api import make_problem
+
+    p = make_problem((2, 6, 6, 4), (5, 3, 3, 4), padding=1, dtype=torch.float32)
+    assert planner.differentiable(p) is not None  # on a CPU every pass runs native
+    assert planner.differentiable(p, "gemm") is None and planner.differentiable(p, "reference") is None
+    monkeypatch.setenv(planner.ENV_ALGORITHM, "gemm")
+    assert planner.differentiable(p) is None
+    monkeypatch.delenv(planner.ENV_ALGORITHM)
+    asymmetric = make_problem((2, 6, 6, 4), (5, 3, 3, 4), padding=([0, 1], [1, 1]), dtype=torch.float32)
+    assert planner.differentiable(asymmetric) is None
+    flipped = make_problem((2, 6, 7, 4), (5, 3, 2, 4), padding=1, flip=True, dtype=torch.float32)
+    _same_as_the_passes(flipped, planner.differentiable(flipped))
+    from ndconv.algorithms import native  # 1-D as 2-D (the GPU's first formulation)
+    conv1d = make_problem((2, 9, 4), (5, 3, 4), padding=1, stride=2, dtype=torch.float32)
+    _same_as_the_passes(conv1d, native.differentiable(conv1d, "conv (as 2-D)"))
+    x = torch.randn(2, 6, 6, 4, requires_grad=True)
+    y = ndconv.conv2d(x, torch.randn(5, 3, 3, 4), padding=1)
+    assert "ConvolutionBackward0" in _graph_nodes(y) and "_Convolution" not in _graph_nodes(y)
+
+
+def _graph_nodes(y) -> str:
+    """The names of the autograd nodes behind ``y``."""
+    names, todo = [], [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None:
+            names.append(type(node).__name__)
+            todo += [n for n, _ in node.next_functions]
+    return " ".join(names)

@@ -123,5 +123,8 @@ def convolve(p: ConvProblem, x: torch.Tensor, w: torch.Tensor, algorithm: str | 
     if torch.compiler.is_compiling():
         return _conv_op(x, w, p.to_ints(), "fwd", algorithm or "")
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        direct = planner.differentiable(p, algorithm)  # PyTorch's own op, its backward in C++
+        if direct is not None:
+            return direct(x, w)
         return _Convolution.apply(x, w, p, "fwd", algorithm)
     return run(p, x, w, algorithm)  # nothing to differentiate: skip autograd's bookkeeping

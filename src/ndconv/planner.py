@@ -231,6 +231,29 @@ def gradients(p: ConvProblem, algorithm: str | None = None):
     return found or None
 
 
+def differentiable(p: ConvProblem, algorithm: str | None = None):
+    """Forward problem ``p`` as PyTorch's differentiable convolution (``native.differentiable``),
+    a function (x, w) -> y for calls that autograd will differentiate, where both gradients are
+    planned as one convolution_backward (``gradients``) and the forward is planned to PyTorch's
+    convolution too, or is host-bound (``_host_bound``: its GPU time is less than the Python
+    autograd Function would cost); else None, and the passes run their own plans. Cached with
+    the plans."""
+    forced = algorithm or os.environ.get(ENV_ALGORITHM)
+    key = ("differentiable", p, forced, _autotune)
+    found = _plans.get(key)
+    if found is None:
+        from .algorithms import native
+
+        found = False  # the cache holds no None
+        if forced in (None, native.NAME):  # a pass forced elsewhere fails at its own call, if made
+            forward, both = plan(p, algorithm), gradients(p, algorithm)
+            if both is not None and (forward.name == native.NAME or (forced is None and _host_bound(p))):
+                config = forward.config if forward.name == native.NAME else None
+                found = native.differentiable(p, config) or False
+        _plans.put(key, found)
+    return found or None
+
+
 def _forced(p: ConvProblem, algorithm: str, source: str) -> Plan:
     module = lookup(algorithm, source)
     ok, reason = module.supports(p)
@@ -455,6 +478,10 @@ def explain(p: ConvProblem, algorithm: str | None = None) -> Explanation:
         if tuned is not None and tuned.rejected:
             rejected = f"{len(tuned.rejected)} candidate(s) rejected as wrong or failing"
             note = f"{note}; {rejected}" if note else rejected
+        if q is p and not _autotune and differentiable(p, algorithm) is not None:
+            direct = ("with autograd: PyTorch's own differentiable convolution (its backward one "
+                      "convolution_backward, in C++, not a Python autograd Function)")
+            note = f"{note}; {direct}" if note else direct
         plans[q.pass_], notes[q.pass_] = chosen, note
         for name, module in REGISTRY.items():
             ok, reason = module.supports(q)

@@ -20,7 +20,9 @@ autograd runs; first for ungrouped problems, where cuDNN's backward-data kernels
 faster on the H200: r50_3x3_56 40 against 52 us, r50_3x3_14 31 against 43), or the forward
 problem it is, over dy (first for grouped and depthwise ones: dw7x7_56 148 against 336 us,
 grouped3x3_g32 102 against 116). Where both gradients run plain formulations of one forward
-geometry, autograd takes them from one ``convolution_backward`` (``prepare_gradients``).
+geometry, autograd takes them from one ``convolution_backward`` (``prepare_gradients``), and
+where the forward is PyTorch's convolution too, the call is PyTorch's own differentiable op
+(``differentiable``), so that PyTorch's C++ node runs the backward.
 """
 
 from __future__ import annotations
@@ -489,6 +491,36 @@ def _plain(p, config: str | None):
             raise _not_natural(p, a, b)
         r = g.to_last(result(a, b))  # channels last: [N, *S, C] or [O, *K, C/G]
         return (r.reshape(shape) if g.lifted else r).contiguous()
+    return call
+
+
+def differentiable(p: ConvProblem, config: str | None):
+    """Forward problem ``p`` as PyTorch's own differentiable convolution between permuted views
+    of the natural operands, a function (x, w) -> y, where its plain formulation ``config`` is
+    one (else None): autograd then runs PyTorch's backward node, in C++, which computes what
+    ``prepare_gradients``' one convolution_backward does, without a Python autograd Function
+    (whose round trip costs about 70 us of host time on the H200 machine)."""
+    forward, _, name, _ = _source(p, config)
+    if p.pass_ != "fwd" or name not in _PLAIN:
+        return None
+    g, D, shape = _plain_geometry(forward, name), p.ndim, p.result_shape
+    flip = tuple(range(1, 1 + D)) if p.flip else None
+
+    def views(x, w):
+        x, w = x.movedim(-1, 1), (w.flip(flip) if flip else w).movedim(-1, 1)
+        return (x.unsqueeze(2), w.unsqueeze(2)) if g.lifted else (x, w)
+
+    x_meta, w_meta = views(*(torch.empty(s, device="meta") for s in (p.x_shape, p.w_shape)))
+    if ((x_meta.shape, x_meta.stride()) != g.x or (w_meta.shape, w_meta.stride()) != g.w
+            or x_meta.storage_offset()):
+        return None  # not the views the plain call reads (a crop, a lift with other strides)
+    upcast = _in_float32(p)
+
+    def call(x, w):
+        if upcast:
+            x, w = x.float(), w.float()
+        y = g.to_last(torch.convolution(*views(x, w), None, *g.args))
+        return (y.reshape(shape) if g.lifted else y).contiguous().to(p.dtype)
     return call
 
 
