@@ -239,3 +239,33 @@ def test_second_gpu_while_the_first_is_current(first):
             for got, want, what in ((y, ref, "y"), (dx, ref_dx, "dx"), (dw, ref_dw, "dw")):
                 ndconv.testing.assert_close(got.cpu(), want, ndconv.testing.TOL[torch.bfloat16],
                                             f"{op} {algorithm} on cuda:{index}: {what}")
+
+
+@pytest.mark.parametrize("args", [dict(padding=1), dict(padding=([0, 1], [1, 2]), stride=2),
+                                  dict(input_dilation=2, padding=1, flip=True), dict(padding=1, groups=3)],
+                         ids=["plain", "asymmetric-strided", "transposed", "grouped"])
+def test_torch_func_transforms(args):
+    """vmap, grad (per-sample gradients), jvp and jacrev run PyTorch's own ops under ndconv's
+    semantics, against the same transforms of the oracle."""
+    from torch.func import grad, jacrev, jvp, vmap
+
+    x, w, t = _data((2, 6, 5, 3), (6, 3, 2, 3 // args.get("groups", 1)), (6, 3, 2, 3 // args.get("groups", 1)))
+
+    def loss(fn):
+        return lambda w, xi: fn(xi[None], w, args).square().sum()
+
+    ours = lambda x, w, a: ndconv.conv_general(x, w, **a)  # noqa: E731
+    per_sample = vmap(grad(loss(ours)), in_dims=(None, 0))(w, x)
+    expected = torch.stack([grad(loss(_oracle))(w, x[i]) for i in range(2)])
+    torch.testing.assert_close(per_sample, expected)
+    torch.testing.assert_close(jvp(lambda w: ours(x, w, args), (w,), (t,))[1],
+                               jvp(lambda w: _oracle(x, w, args), (w,), (t,))[1])
+    torch.testing.assert_close(jacrev(lambda x: ours(x, w, args))(x[:1]), jacrev(lambda x: _oracle(x, w, args))(x[:1]))
+
+
+def test_torch_func_refuses_triton_algorithms():
+    from torch.func import vmap
+
+    x, w = _data((2, 6, 5, 3), (4, 3, 3, 3))
+    with pytest.raises(ValueError, match="conv2d: algorithm 'implicit_gemm' cannot run under a torch.func transform"):
+        vmap(lambda xi: ndconv.conv2d(xi, w, algorithm="implicit_gemm"))(x[:, None])

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from . import planner
-from .autograd import convolve
+from .autograd import convolve, run
 from .problem import DTYPES, ConvProblem
 
 _WRAPPER_NDIM = {"conv1d": 1, "conv2d": 2, "conv3d": 3, "conv_transpose1d": 1,
@@ -180,7 +180,9 @@ def conv_general(
     if isinstance(input, torch.Tensor) and torch.is_autocast_enabled("cuda" if input.is_cuda else input.device.type):
         input, weight = _autocast(input, weight)
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
-    key = None if torch.compiler.is_compiling() else _call_key(
+    compiling = torch.compiler.is_compiling()
+    transformed = not compiling and torch._C._functorch.peek_interpreter_stack() is not None  # torch.func
+    key = None if compiling or transformed else _call_key(
         input, weight, stride, padding, kernel_dilation, input_dilation, groups, flip)
     # Recent calls (planner.call_cache()): per distinct call, its problem (validated once) and,
     # once a call has run, the planned computation that an inference call (nothing to
@@ -218,10 +220,27 @@ def conv_general(
         input = input.to(p.dtype)
     if weight.dtype != p.dtype:
         weight = weight.to(p.dtype)
+    if transformed:
+        return _transformable(p, input, weight, algorithm, _op)
     out = convolve(p, input, weight, algorithm)
     if entry is not None and entry[1] is None and not p.is_trivial and _inference(input, weight):
         entry[1] = planner.plan(p, algorithm).runner(p)  # planned by now: a cache hit
     return out
+
+
+# Algorithms made of PyTorch's own ops only, which torch.func's transforms can transform.
+_TRANSFORMABLE = ("native", "gemm", "reference")
+
+
+def _transformable(p, input, weight, algorithm, op):
+    """A call under a torch.func transform (vmap, grad, jvp, jacrev, ...): PyTorch's own
+    convolution, which the transform batches and differentiates itself (a Triton kernel cannot
+    read its wrapped tensors, and ndconv's autograd Function has none of its rules)."""
+    name = algorithm or os.environ.get(planner.ENV_ALGORITHM) or "native"
+    if name not in _TRANSFORMABLE:
+        raise ValueError(f"{op}: algorithm {name!r} cannot run under a torch.func transform "
+                         f"(vmap, grad, jvp, ...): only {', '.join(_TRANSFORMABLE)}, made of PyTorch's ops, can")
+    return run(p, input.contiguous(), weight.contiguous(), name)
 
 
 def _autocast(input, weight):
