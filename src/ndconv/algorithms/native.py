@@ -514,13 +514,12 @@ def differentiable(p: ConvProblem, config: str | None):
     if ((x_meta.shape, x_meta.stride()) != g.x or (w_meta.shape, w_meta.stride()) != g.w
             or x_meta.storage_offset()):
         return None  # not the views the plain call reads (a crop, a lift with other strides)
-    upcast = _in_float32(p)
-
     def call(x, w):
-        if upcast:
-            x, w = x.float(), w.float()
         y = g.to_last(torch.convolution(*views(x, w), None, *g.args))
-        return (y.reshape(shape) if g.lifted else y).contiguous().to(p.dtype)
+        return (y.reshape(shape) if g.lifted else y).contiguous()
+
+    if _in_float32(p):
+        return lambda x, w: call(x.float(), w.float()).to(p.dtype)
     return call
 
 
