@@ -40,6 +40,14 @@ def test_layer_under_autocast_keeps_autocast_dtype():
     torch.testing.assert_close(y.float(), layer(x), rtol=3e-2, atol=3e-2)
 
 
+def test_layer_with_asymmetric_padding():
+    """conv_general's (lo, hi) padding: a causal 1-D layer."""
+    layer = nn.Conv1d(3, 5, 4, padding=([3], [0]))
+    x = torch.randn(2, 9, 3)
+    torch.testing.assert_close(layer(x), ndconv.conv_general(x, layer.weight, padding=([3], [0])) + layer.bias)
+    assert layer(x).shape == (2, 9, 5) and "padding=((3,), (0,))" in repr(layer)
+
+
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_transposed_layer(ndim):
     layer = getattr(nn, f"ConvTranspose{ndim}d")(4, 6, 3, stride=2, padding=1, output_padding=1, bias=False)
@@ -58,8 +66,11 @@ def test_transposed_layer(ndim):
         torch.nn.ConvTranspose1d(4, 6, 4, stride=2, padding=1, groups=2),
         torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
         torch.nn.ConvTranspose3d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1),
+        torch.nn.Conv1d(4, 6, 4, padding="same", dilation=3),
+        torch.nn.Conv2d(3, 8, (4, 3), padding="same"),
+        torch.nn.Conv3d(2, 4, (2, 3, 1), padding="valid"),
     ],
-    ids=lambda m: type(m).__name__,
+    ids=lambda m: f"{type(m).__name__}-{m.padding}",
 )
 def test_from_torch_computes_the_same_function(module):
     module = module.double()

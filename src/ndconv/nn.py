@@ -4,7 +4,8 @@ Inputs are channels last (``[N, *spatial, C]``); weights are ``[O, *kernel, C //
 convolutions and transposed convolutions alike; weights are drawn uniformly from
 ``±sqrt(1 / (in_channels * prod(kernel)))`` and biases start at zero, as in ``mlx.nn``.
 ``from_torch`` converts a ``torch.nn.Conv*d`` / ``ConvTranspose*d`` (channels first) into the
-matching layer here.
+matching layer here. Padding is an int, one int per axis, or conv_general's ``(lo, hi)`` pair
+(convolutions only: a torch layer's ``padding="same"`` converts to one).
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ def _tuple(name: str, value, ndim: int) -> tuple[int, ...]:
     if len(value) != ndim or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise ValueError(f"{name} must be an int or {ndim} ints, got {value!r}")
     return value
+
+
+def _padding(name: str, value, ndim: int):
+    """Per-axis symmetric padding (an int or ``ndim`` ints), or conv_general's ``(lo, hi)`` pair
+    of ``ndim`` ints each."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, (tuple, list)) for v in value):
+        return _tuple(name + " lo", value[0], ndim), _tuple(name + " hi", value[1], ndim)
+    return _tuple(name, value, ndim)
 
 
 class _ConvNd(torch.nn.Module):
@@ -57,13 +66,15 @@ class _ConvNd(torch.nn.Module):
         n = self._ndim
         self.kernel_size = _tuple(f"{name}: kernel_size", kernel_size, n)
         self.stride = _tuple(f"{name}: stride", stride, n)
-        self.padding = _tuple(f"{name}: padding", padding, n)
+        self.padding = _padding(f"{name}: padding", padding, n)
         self.dilation = _tuple(f"{name}: dilation", dilation, n)
         self.output_padding = _tuple(f"{name}: output_padding", output_padding, n)
         if any(k < 1 for k in self.kernel_size):
             raise ValueError(f"{name}: kernel_size must be positive, got {self.kernel_size}")
         if not self._transposed and any(self.output_padding):
             raise ValueError(f"{name}: output_padding is only for transposed convolutions")
+        if self._transposed and isinstance(self.padding[0], tuple):
+            raise ValueError(f"{name}: a transposed layer's padding is symmetric, got {padding!r}")
         self.groups = groups
         scale = math.sqrt(1.0 / (in_channels * math.prod(self.kernel_size)))
         shape = (out_channels, *self.kernel_size, in_channels // groups)
@@ -78,9 +89,11 @@ class _ConvNd(torch.nn.Module):
                 x, self.weight, self.stride, self.padding, self.dilation, self.output_padding, self.groups
             )
         else:
-            y = getattr(api, f"conv{self._ndim}d")(
-                x, self.weight, self.stride, self.padding, self.dilation, self.groups
-            )
+            if isinstance(x, torch.Tensor) and x.dim() != self._ndim + 2:
+                raise ValueError(f"{type(self).__name__}: input must have {self._ndim + 2} dimensions "
+                                 f"[N, *spatial({self._ndim}), C], got shape {list(x.shape)}")
+            y = api.conv_general(x, self.weight, self.stride, self.padding, self.dilation, 1, self.groups,
+                                 _op=type(self).__name__)
         return y if self.bias is None else y + self.bias.to(y.dtype)  # autocast's dtype, as torch.nn's
 
     def extra_repr(self) -> str:
@@ -146,11 +159,14 @@ def from_torch(module: torch.nn.Module) -> _ConvNd:
     cls = _FROM_TORCH.get(type(module))
     if cls is None:
         raise ValueError(f"from_torch: expected a torch.nn.Conv*d or ConvTranspose*d, got {type(module).__name__}")
-    if module.padding_mode != "zeros" or isinstance(module.padding, str):
-        raise ValueError(
-            f"from_torch: only numeric zero padding converts, got padding={module.padding!r}, "
-            f"padding_mode={module.padding_mode!r}"
-        )
+    if module.padding_mode != "zeros":
+        raise ValueError(f"from_torch: only zero padding converts, got padding_mode={module.padding_mode!r}")
+    padding = module.padding
+    if padding == "valid":
+        padding = 0
+    elif padding == "same":  # as torch: the odd one of an odd total at the high end
+        total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
+        padding = (tuple(t // 2 for t in total), tuple(t - t // 2 for t in total))
     g = module.groups
     w = module.weight.detach()
     if cls._transposed:  # torch [C_in, O/g, *K] -> [O, *K, C_in/g]
@@ -158,7 +174,7 @@ def from_torch(module: torch.nn.Module) -> _ConvNd:
     else:  # torch [O, C/g, *K] -> [O, *K, C/g]
         w = w.movedim(1, -1)
     layer = cls(
-        module.in_channels, module.out_channels, module.kernel_size, module.stride, module.padding,
+        module.in_channels, module.out_channels, module.kernel_size, module.stride, padding,
         module.dilation, g, module.bias is not None,
         output_padding=module.output_padding if cls._transposed else 0,
         device=w.device, dtype=w.dtype,
