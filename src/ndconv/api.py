@@ -177,8 +177,10 @@ def conv_general(
     """
     if algorithm is not None:
         planner.lookup(algorithm)
-    if isinstance(input, torch.Tensor) and torch.is_autocast_enabled("cuda" if input.is_cuda else input.device.type):
-        input, weight = _autocast(input, weight)
+    if isinstance(input, torch.Tensor):
+        device_type = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheap test first
+        if torch.is_autocast_enabled(device_type):
+            input, weight = _autocast(input, weight)
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
     compiling = torch.compiler.is_compiling()
     transformed = not compiling and torch._C._functorch.peek_interpreter_stack() is not None  # torch.func
@@ -238,8 +240,8 @@ def _transformable(p, input, weight, algorithm, op):
     read its wrapped tensors, and ndconv's autograd Function has none of its rules)."""
     name = algorithm or os.environ.get(planner.ENV_ALGORITHM) or "native"
     if name not in _TRANSFORMABLE:
-        raise ValueError(f"{op}: algorithm {name!r} cannot run under a torch.func transform "
-                         f"(vmap, grad, jvp, ...): only {', '.join(_TRANSFORMABLE)}, made of PyTorch's ops, can")
+        raise ValueError(f"{op}: algorithm {name!r} cannot run under a torch.func transform (vmap, grad, "
+                         f"jvp, ...): only {', '.join(_TRANSFORMABLE)}, made of PyTorch's ops, can")
     return run(p, input.contiguous(), weight.contiguous(), name)
 
 

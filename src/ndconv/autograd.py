@@ -25,7 +25,8 @@ def run(p: ConvProblem, a: torch.Tensor, b: torch.Tensor, algorithm: str | None 
     return planner.plan(p, algorithm).runner(p)(a, b)
 
 
-def compute(p: ConvProblem, mode: str, a: torch.Tensor, b: torch.Tensor, algorithm: str | None = None) -> torch.Tensor:
+def compute(p: ConvProblem, mode: str, a: torch.Tensor, b: torch.Tensor,
+            algorithm: str | None = None) -> torch.Tensor:
     """Pass ``mode`` of forward problem ``p`` from its natural operands: y from (x, w) for
     "fwd", dx from (dy, w) for "dgrad", dw (the gradient of the weight as given) from (x, dy)
     for "wgrad"."""
@@ -73,12 +74,13 @@ class _Convolution(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        op = _differentiable if torch.is_grad_enabled() else compute  # create_graph: a graph of passes
+        op = _recorded if torch.is_grad_enabled() else compute  # create_graph: a graph of passes
         ga, gb = _gradients(ctx.problem, ctx.mode, a, b, g, ctx.needs_input_grad[:2], ctx.algorithm, op)
         return ga, gb, None, None, None
 
 
-def _differentiable(p, mode, a, b, algorithm):
+def _recorded(p, mode, a, b, algorithm):
+    """A pass recorded for autograd (a gradient computed while building a higher derivative)."""
     a, b = a.contiguous(), b.contiguous()
     if a.requires_grad or b.requires_grad:
         return _Convolution.apply(a, b, p, mode, algorithm)

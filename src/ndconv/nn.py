@@ -29,7 +29,8 @@ def _tuple(name: str, value, ndim: int) -> tuple[int, ...]:
 def _padding(name: str, value, ndim: int):
     """Per-axis symmetric padding (an int or ``ndim`` ints), or conv_general's ``(lo, hi)`` pair
     of ``ndim`` ints each."""
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, (tuple, list)) for v in value):
+    pair = isinstance(value, (tuple, list)) and len(value) == 2
+    if pair and all(isinstance(v, (tuple, list)) for v in value):
         return _tuple(name + " lo", value[0], ndim), _tuple(name + " hi", value[1], ndim)
     return _tuple(name, value, ndim)
 
