@@ -31,8 +31,9 @@ def _int(value):
 
 def _ints(op: str, name: str, value, ndim: int) -> tuple[int, ...]:
     """An int or a sequence of ints (length 1 broadcasts) as one int per spatial axis."""
-    if _int(value) is not None:
-        return (_int(value),) * ndim
+    one = _int(value)
+    if one is not None:
+        return (one,) * ndim
     if isinstance(value, Sequence) and all(_int(v) is not None for v in value):
         if len(value) == 1:
             return (_int(value[0]),) * ndim
@@ -136,7 +137,7 @@ def make_problem(
         padding_hi=hi,
         kernel_dilation=_ints(op, "kernel_dilation", kernel_dilation, ndim),
         input_dilation=_ints(op, "input_dilation", input_dilation, ndim),
-        groups=groups if _int(groups) is None else _int(groups),
+        groups=_int(groups) or groups,  # a NumPy integer as an int; anything else validated by create
         flip=flip,
         dtype=dtype,
         device=device_type,
@@ -180,7 +181,7 @@ def conv_general(
     if isinstance(input, torch.Tensor):
         device_type = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheap test first
         if torch.is_autocast_enabled(device_type):
-            input, weight = _autocast(input, weight)
+            input, weight = _autocast(input, weight, device_type)
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
     compiling = torch.compiler.is_compiling()
     transformed = not compiling and torch._C._functorch.peek_interpreter_stack() is not None  # torch.func
@@ -245,10 +246,10 @@ def _transformable(p, input, weight, algorithm, op):
     return run(p, input.contiguous(), weight.contiguous(), name)
 
 
-def _autocast(input, weight):
+def _autocast(input, weight, device_type: str):
     """Under ``torch.autocast`` a convolution runs in its lower precision, as PyTorch's do:
     floating operands other than float64 are cast to the autocast dtype."""
-    dtype = torch.get_autocast_dtype(input.device.type)
+    dtype = torch.get_autocast_dtype(device_type)
 
     def cast(t):
         eligible = isinstance(t, torch.Tensor) and t.dtype in (torch.float32, torch.float16, torch.bfloat16)
@@ -261,8 +262,9 @@ def _inference(input, weight) -> bool:
     return not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
 
 
-def _check_wrapper_ndim(op: str, input) -> int:
-    ndim = _WRAPPER_NDIM[op]
+def _check_wrapper_ndim(op: str, input, ndim: int | None = None) -> int:
+    """The spatial axes of wrapper (or layer) ``op``; ValueError when the input has others."""
+    ndim = ndim or _WRAPPER_NDIM[op]
     if isinstance(input, torch.Tensor) and input.dim() != ndim + 2:
         raise ValueError(
             f"{op}: input must have {ndim + 2} dimensions [N, *spatial({ndim}), C], "

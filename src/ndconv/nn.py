@@ -90,9 +90,7 @@ class _ConvNd(torch.nn.Module):
                 x, self.weight, self.stride, self.padding, self.dilation, self.output_padding, self.groups
             )
         else:
-            if isinstance(x, torch.Tensor) and x.dim() != self._ndim + 2:
-                raise ValueError(f"{type(self).__name__}: input must have {self._ndim + 2} dimensions "
-                                 f"[N, *spatial({self._ndim}), C], got shape {list(x.shape)}")
+            api._check_wrapper_ndim(type(self).__name__, x, self._ndim)
             y = api.conv_general(x, self.weight, self.stride, self.padding, self.dilation, 1, self.groups,
                                  _op=type(self).__name__)
         return y if self.bias is None else y + self.bias.to(y.dtype)  # autocast's dtype, as torch.nn's

@@ -514,6 +514,7 @@ def differentiable(p: ConvProblem, config: str | None):
     if ((x_meta.shape, x_meta.stride()) != g.x or (w_meta.shape, w_meta.stride()) != g.w
             or x_meta.storage_offset()):
         return None  # not the views the plain call reads (a crop, a lift with other strides)
+
     def call(x, w):
         y = g.to_last(torch.convolution(*views(x, w), None, *g.args))
         return (y.reshape(shape) if g.lifted else y).contiguous()
