@@ -67,13 +67,13 @@ def test_nothing_runs_on_bad_input(monkeypatch):
     [
         (lambda: ndconv.nn.Conv2d(4, 6, 3, groups=4), "groups=4 must divide in_channels=4 and out_channels=6"),
         (lambda: ndconv.nn.Conv2d(0, 6, 3), "in_channels must be a positive integer, got 0"),
-        (lambda: ndconv.nn.Conv2d(4, 6, (3, 3, 3)), r"kernel_size must be an int or 2 ints"),
+        (lambda: ndconv.nn.Conv2d(4, 6, (3, 3, 3)), r"Conv2d: kernel_size must have one entry per spatial axis \(2\)"),
         (lambda: ndconv.nn.Conv1d(4, 6, 0), r"kernel_size must be positive"),
         (lambda: ndconv.nn.Conv2d(4, 6, 3, output_padding=1), "output_padding is only for transposed"),
         (lambda: ndconv.nn.from_torch(torch.nn.Linear(2, 2)), "expected a torch.nn.Conv"),
         (lambda: ndconv.nn.from_torch(torch.nn.Conv2d(2, 2, 3, padding_mode="reflect")), "only zero padding"),
         (lambda: ndconv.nn.ConvTranspose2d(2, 2, 3, padding=([0, 1], [1, 1])), "transposed layer's padding is symmetric"),
-        (lambda: ndconv.nn.Conv2d(2, 2, 3, padding=([0, 1], [1])), r"padding hi must be an int or 2 ints"),
+        (lambda: ndconv.nn.Conv2d(2, 2, 3, padding=([0, 1], [1, 1, 1])), r"padding hi must have one entry per spatial axis"),
         (lambda: ndconv.nn.Conv2d(2, 2, 3)(torch.randn(1, 4, 4, 4, 2)), r"Conv2d: input must have 4 dimensions"),
     ],
 )

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,6 +47,15 @@ def test_layer_with_asymmetric_padding():
     x = torch.randn(2, 9, 3)
     torch.testing.assert_close(layer(x), ndconv.conv_general(x, layer.weight, padding=([3], [0])) + layer.bias)
     assert layer(x).shape == (2, 9, 5) and "padding=((3,), (0,))" in repr(layer)
+
+
+def test_layer_arguments_parse_as_the_functions_do():
+    """NumPy integers and one-entry sequences, as conv_general takes them; a symmetric pair is
+    the plain padding."""
+    layer = nn.Conv2d(2, 3, np.int64(3), stride=[np.int32(2)], padding=([1, 1], [1, 1]), dilation=(1,))
+    assert layer.kernel_size == (3, 3) and layer.stride == (2, 2) and layer.padding == (1, 1)
+    x = torch.randn(1, 7, 7, 2)
+    torch.testing.assert_close(layer(x), ndconv.conv2d(x, layer.weight, 2, 1) + layer.bias)
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])

@@ -17,22 +17,11 @@ import torch
 from . import api
 
 
-def _tuple(name: str, value, ndim: int) -> tuple[int, ...]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,) * ndim
-    value = tuple(value)
-    if len(value) != ndim or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ValueError(f"{name} must be an int or {ndim} ints, got {value!r}")
-    return value
-
-
-def _padding(name: str, value, ndim: int):
-    """Per-axis symmetric padding (an int or ``ndim`` ints), or conv_general's ``(lo, hi)`` pair
-    of ``ndim`` ints each."""
-    pair = isinstance(value, (tuple, list)) and len(value) == 2
-    if pair and all(isinstance(v, (tuple, list)) for v in value):
-        return _tuple(name + " lo", value[0], ndim), _tuple(name + " hi", value[1], ndim)
-    return _tuple(name, value, ndim)
+def _padding(op: str, value, ndim: int):
+    """The layer's padding, parsed as conv_general parses it: one int per axis where symmetric,
+    else the ``(lo, hi)`` pair."""
+    lo, hi = api._padding(op, value, ndim)
+    return lo if lo == hi else (lo, hi)
 
 
 class _ConvNd(torch.nn.Module):
@@ -65,11 +54,11 @@ class _ConvNd(torch.nn.Module):
                 f"out_channels={out_channels}"
             )
         n = self._ndim
-        self.kernel_size = _tuple(f"{name}: kernel_size", kernel_size, n)
-        self.stride = _tuple(f"{name}: stride", stride, n)
-        self.padding = _padding(f"{name}: padding", padding, n)
-        self.dilation = _tuple(f"{name}: dilation", dilation, n)
-        self.output_padding = _tuple(f"{name}: output_padding", output_padding, n)
+        self.kernel_size = api._ints(name, "kernel_size", kernel_size, n)
+        self.stride = api._ints(name, "stride", stride, n)
+        self.padding = _padding(name, padding, n)
+        self.dilation = api._ints(name, "dilation", dilation, n)
+        self.output_padding = api._ints(name, "output_padding", output_padding, n)
         if any(k < 1 for k in self.kernel_size):
             raise ValueError(f"{name}: kernel_size must be positive, got {self.kernel_size}")
         if not self._transposed and any(self.output_padding):
