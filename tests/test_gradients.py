@@ -191,7 +191,7 @@ def test_pytorch_autograd_path_computes_what_the_passes_do(case, dtype):
     both gradients one convolution_backward, the forward PyTorch's convolution), its result and
     gradients equal the planned calls' (on a CPU exactly) and the reference's within tolerance,
     and only there is it used."""
-    from ndconv import autograd, planner
+    from ndconv import planner
     from ndconv.algorithms import native
 
     p = case.problem(dtype, "cuda" if torch.cuda.is_available() else "cpu")

@@ -1,6 +1,8 @@
 """The grouped algorithm's two kernels (direct and packed) and their configs, against the
 float64 reference, in every pass (Triton's interpreter on CPUs)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from cases import PASSES, conv_args, for_pass
@@ -48,7 +50,8 @@ def test_kernels_match_reference(case, pass_, config):
             continue
         report = testing.check("grouped", p, seed=len(x), config=config)
         assert report.ok, f"{config} on {p}: {report}"
-        # as a cached call runs it: its prepared call where it has one (packed by native)
+        # as a cached call runs it: its prepared call where it has one (the direct forward's bound
+        # launch, packed by native)
         a, b = testing.random_operands(p, 1, device=DEVICE)
         out = prepared_call(grouped, p, config)(a, b)
         ref = testing.reference_result(p, a, b)
@@ -111,5 +114,10 @@ def test_gpu_default_packs_through_pytorch():
     regnet = make_problem((64, 28, 28, 168), (168, 3, 3, 24), padding=1, groups=7, dtype=torch.bfloat16,
                           device="cuda")
     assert grouped.default_config(regnet).kernel == "direct"
-    narrow = make_problem((2, 8, 8, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
+    narrow = make_problem((256, 56, 56, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(narrow) == Config("packed", 3, packed_by="native")  # 6 wide: all three
+    # a forward the host would wait on: the direct kernel, whose bound launch is issued fastest
+    tiny = replace(narrow, x_shape=(2, 8, 8, 6))
+    assert grouped.host_bound(tiny) and not grouped.host_bound(narrow) and not grouped.host_bound(tiny.dgrad())
+    assert grouped.default_config(tiny) == Config(block_g=8, block_p=128, tile_w=8)
+    assert grouped.default_config(tiny.dgrad()).packed_by == "native"

@@ -10,7 +10,7 @@ from cases import CASE_PARAMS, PASSES, for_pass
 
 import ndconv
 from ndconv import testing
-from ndconv.algorithms import implicit_gemm
+from ndconv.algorithms import grouped, implicit_gemm
 from ndconv.algorithms.implicit_gemm import Config
 from ndconv.algorithms.triton_support import needs_int64
 
@@ -108,14 +108,19 @@ def test_gpu_defaults(monkeypatch):
         q = p if pass_ == "fwd" else getattr(p, pass_)()
         assert planner._choose(q).name == algorithm, (name, pass_, planner._choose(q).reason)
     assert "PyTorch's convolution" in planner._choose(cases["grouped3x3_g32"].problem("cuda")).reason
-    # tiny problems, where the host's time per call decides: the TMA forward's bound launch;
-    # PyTorch's gradients (one convolution_backward for both) and grouped convolution
+    # tiny problems, where the host's time per call decides: the TMA forward's and the grouped
+    # direct forward's bound launches; PyTorch's gradients (one convolution_backward for both)
     tiny = make_problem((1, 8, 8, 16), (16, 3, 3, 16), padding=1, dtype=torch.bfloat16, device="cuda")
     tiny_grouped = make_problem((1, 8, 8, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.bfloat16,
                                 device="cuda")
     for q, algorithm in ((tiny, "implicit_gemm"), (tiny.dgrad(), "native"), (tiny.wgrad(), "native"),
-                         (tiny_grouped, "native"), (tiny_grouped.dgrad(), "native")):
+                         (tiny_grouped, "grouped"), (tiny_grouped.dgrad(), "native"),
+                         (tiny_grouped.wgrad(), "native")):
         assert planner._choose(q).name == algorithm, (q, planner._choose(q).reason)
+    assert planner._choose(tiny_grouped).config.kernel == "direct" and grouped.host_bound(tiny_grouped)
+    batch_one = cases["grouped3x3_g32"].problem("cuda")  # at batch 1 too: 0.4 us at its floor
+    batch_one = replace(batch_one, x_shape=(1, *batch_one.x_shape[1:]))
+    assert grouped.host_bound(batch_one) and not grouped.host_bound(replace(batch_one, x_shape=(8, 56, 56, 128)))
     # strided weight gradients: PyTorch's with symmetric padding (native._high_padding), though the
     # TMA kernel takes them too (1x1: over a strided view of x, 43 against 50 us at 56x56)
     shortcut = cases["r50_1x1s2_down"].problem("cuda").wgrad()

@@ -64,8 +64,10 @@ def rows(device: str) -> dict:
         wg = w[:, :, :, :4].contiguous()
         wgt = wg.permute(0, 3, 1, 2)
         out["F.conv2d grouped (4 groups)"] = lambda: F.conv2d(xt, wgt, padding=1, groups=4)
-        out["ndconv.conv2d grouped (4 groups), planner's choice"] = (
+        out["ndconv.conv2d grouped (4 groups), planner's choice"] = (  # the direct kernel (grouped.host_bound)
             lambda: ndconv.conv2d(x, wg, 1, 1, groups=4))
+        out["ndconv.conv2d grouped (4 groups), algorithm=native"] = (
+            lambda: ndconv.conv2d(x, wg, 1, 1, groups=4, algorithm="native"))
         xs = torch.randn(1, 32, 32, 3, device=device, dtype=dtype)  # an RGB stem: space-to-depth copies
         ws = torch.randn(16, 7, 7, 3, device=device, dtype=dtype)
         xst, wst = xs.permute(0, 3, 1, 2), ws.permute(0, 3, 1, 2)

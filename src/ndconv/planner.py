@@ -338,12 +338,15 @@ def _measured_first(p: ConvProblem) -> str | None:
     model of such layers would wait on the host. Autotuning weighs that too (tuning.tune). For
     the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
     issued (``_host_bound``) keep the TMA kernel's forward, whose bound launch costs half the
-    host time, and grouped ones PyTorch's grouped convolution (packing adds a weight copy)."""
+    host time, and grouped ones the direct kernel (grouped.host_bound: 19-20 us a call against
+    31 for PyTorch's grouped convolution, packing would add a weight copy)."""
     from .algorithms import depthwise, grouped, implicit_gemm, native, stem, toeplitz
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
         return None
     if grouped.supports(p)[0] and not depthwise.supports(p)[0]:  # packed through cuDNN, unless tiny
+        if grouped.host_bound(p):  # the direct kernel's bound launch
+            return None
         packed = grouped.default_config(p).packed_by == "native" and not _host_bound(p)
         return None if packed else "native"
     if p.pass_ == "wgrad":
@@ -400,7 +403,7 @@ def _host_bound(p: ConvProblem, times_floor: float = 1.0) -> bool:
     """True when the GPU would finish ``p`` (at ``times_floor`` times its roofline floor, H200
     ceilings) before the host has issued PyTorch's call for it: the Triton kernels' cheaper
     launch then wins."""
-    return times_floor * max(p.flops / 790e12, p.min_bytes / 4.25e12) < _NATIVE_HOST_S / 4
+    return times_floor * p.h200_floor_s < _NATIVE_HOST_S / 4
 
 
 def _tuned_plan(tuned: tuning.Tuned) -> Plan:

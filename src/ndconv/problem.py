@@ -271,6 +271,12 @@ class ConvProblem:
         return elems * torch.empty((), dtype=self.dtype).element_size()
 
     @property
+    def h200_floor_s(self) -> float:
+        """Seconds an H200 needs at least (tensor cores at 790 TFLOP/s, HBM at 4.25 TB/s): what
+        the heuristics weigh against the host's time to issue a call."""
+        return max(self.flops / 790e12, self.min_bytes / 4.25e12)
+
+    @property
     def gemm_mnk(self) -> tuple[int, int, int]:
         """Per-group GEMM view: M = N*prod(S_out), N = O/groups, K = prod(kernel)*C/groups."""
         return (

@@ -27,8 +27,17 @@ from dataclasses import dataclass, replace
 import torch
 
 from .triton_support import (
-    BoundLaunch, allocating, cdiv, group_channels, kernel_reason, meta_views, needs_int64, pad3, pow2_at_least,
-    sm_count, spatial_strides,
+    BoundLaunch,
+    allocating,
+    cdiv,
+    group_channels,
+    kernel_reason,
+    meta_views,
+    needs_int64,
+    pad3,
+    pow2_at_least,
+    sm_count,
+    spatial_strides,
 )
 
 NAME = "depthwise"

@@ -38,9 +38,12 @@ import torch
 from . import implicit_gemm, native
 from .triton_support import (
     INTERPRET,
+    BoundLaunch,
+    allocating,
     cdiv,
     group_channels,
     kernel_reason,
+    meta_views,
     needs_int64,
     pad3,
     pow2_at_least,
@@ -53,6 +56,9 @@ NAME = "grouped"
 TARGET_WIDTH = 32
 # The direct kernel's channel blocks are at least this wide (the smallest tensor-core product).
 MIN_BLOCK = 16
+# Host time to issue a cached call through ndconv (tools/host_overhead.py, H200 machine, tiny
+# bf16 problems): the direct kernel's bound launch about 20 us.
+HOST_BOUND_S = 20e-6
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,8 @@ def packed_problem(p, pack: int):
 
 def default_config(p) -> Config:
     """Measured on the H200 (bf16, tools/grouped_sweep.py): on a GPU, wherever the groups pack,
-    the packed problem through PyTorch's convolution (_native_default); else the packed GEMM
+    the packed problem through PyTorch's convolution (_native_default), but for forwards the
+    host would wait on (host_bound), whose direct kernel is issued fastest; else the packed GEMM
     for the forward pass and input gradient wherever the groups pack, the direct kernel for
     weight gradients and groups that do not pack.
 
@@ -141,13 +148,22 @@ def default_config(p) -> Config:
     no pack factor): the direct kernel in 16x8 tiles (tile_w 8, 128 positions) 229.7 / 240.1 us
     against 539.1 / 485.7 in flat rows of 128 (PyTorch 155.7 / 244.4); its weight gradient
     402.4 us at the default, the one shape measured in time."""
+    direct = Config(block_g=_default_block_g(p), block_p=128, tile_w=8 if p.ndim > 1 else 0)
+    if host_bound(p):
+        return direct
     if p.device == "cuda" and _pack_factors(p):
         return _native_default(p)
     if p.pass_ == "wgrad":
         return Config(block_g=_default_block_g(p), block_p=64)
-    if _pack_factors(p):
-        return Config("packed", _default_pack(p))
-    return Config(block_g=_default_block_g(p), block_p=128, tile_w=8 if p.ndim > 1 else 0)
+    return Config("packed", _default_pack(p)) if _pack_factors(p) else direct
+
+
+def host_bound(p) -> bool:
+    """A forward on a GPU so small that the host's time to issue it is what a call costs: even at
+    8x its roofline floor (the direct kernel's worst measured) the GPU is done before the next
+    call is issued. The direct kernel's one bound launch is issued fastest: 19-20 us a call, PyTorch's
+    grouped convolution through ndconv 31 (H200, tiny bf16 problems)."""
+    return p.device == "cuda" and p.pass_ == "fwd" and 8 * p.h200_floor_s < HOST_BOUND_S
 
 
 def _native_default(p) -> Config:
@@ -250,11 +266,18 @@ def _diagonal_blocks(dense: torch.Tensor, groups: int, pack: int) -> torch.Tenso
 
 
 def prepare(p, config: Config | None):
-    """The packed problem's prepared call through PyTorch's convolution (``packed_by="native"``),
-    which returns PyTorch's result itself (run copies it into a separate output: one more pass
-    over the 51 MB output of grouped3x3_g32); None (run) for the other configs."""
+    """The direct forward's (or input gradient's) call with its one launch bound once
+    (BoundLaunch), and the packed problem's prepared call through PyTorch's convolution
+    (``packed_by="native"``), which returns PyTorch's result itself (run copies it into a
+    separate output: one more pass over the 51 MB output of grouped3x3_g32); None (run) for the
+    other configs."""
     config = config or default_config(p)
-    if config.kernel != "packed" or config.packed_by != "native":
+    if config.kernel == "direct":
+        views = meta_views(p) if p.pass_ != "wgrad" else None
+        if views is None:
+            return None
+        return allocating(p, BoundLaunch(*_direct_launch(p, *views, config), operands=views))
+    if config.packed_by != "native":
         return None
     pack, G = config.pack, p.groups
     call = native.prepare(packed_problem(p, pack), config.tile)
@@ -297,7 +320,13 @@ def _fma_possible(p, config: Config) -> bool:
 
 
 def _run_direct(p, x, w, out, config: Config):
-    from .grouped_kernels import grouped_fwd_kernel
+    kernel, grid, args, meta = _direct_launch(p, x, w, out, config)
+    kernel[grid](*args, **meta)
+
+
+def _direct_launch(p, x, w, out, config: Config):
+    """(kernel, grid, args, meta) of the direct forward kernel on these operand views."""
+    from .grouped_kernels import grouped_fwd_fma_kernel, grouped_fwd_kernel
 
     _check_adjacent_groups(x)
     _check_adjacent_groups(out)
@@ -305,6 +334,19 @@ def _run_direct(p, x, w, out, config: Config):
     bg, bci, bco, even = _blocks(p, config)
     SO1, SO2, SO3 = pad3(p.out_spatial, 1)
     rows = p.batch * SO1 * SO2 * SO3
+    taps = math.prod(p.kernel)
+    _, K2, K3 = pad3(p.kernel, 1)
+    sx, sw, sy = x.stride(), w.stride(), out.stride()
+    geometry = (*pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,
+                *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
+                sx[0], *spatial_strides(x, 1, D), sx[-1],
+                sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
+                sy[0], *spatial_strides(out, 1, D), sy[-1])
+    if config.fma and _fma_possible(p, config):
+        meta = dict(CG=p.c_per_group, OG=p.o_per_group, BG=bg, FLIP=p.flip, INT64=needs_int64(x, w, out),
+                    BLOCK_P=config.block_p, num_warps=config.num_warps, num_stages=config.num_stages)
+        return (grouped_fwd_fma_kernel, (cdiv(rows, config.block_p) * (G // bg),),
+                (x, w, out, G, rows, taps, *geometry), meta)
     tile_w = min(config.tile_w, pow2_at_least(SO3))
     tile_h = min(config.block_p // tile_w, pow2_at_least(SO2)) if tile_w else 0
     if tile_h * tile_w < MIN_BLOCK:  # flat rows (also for 1-D problems and narrow tiles)
@@ -312,36 +354,12 @@ def _run_direct(p, x, w, out, config: Config):
         tiles = cdiv(rows, tile_w)
     else:
         tiles = p.batch * SO1 * cdiv(SO2, tile_h) * cdiv(SO3, tile_w)
-    taps = math.prod(p.kernel)
     ta, chunks, tb = _tap_split(taps, bci, config.tap_lanes)
-    _, K2, K3 = pad3(p.kernel, 1)
-    sx, sw, sy = x.stride(), w.stride(), out.stride()
-    if config.fma and _fma_possible(p, config):
-        from .grouped_kernels import grouped_fwd_fma_kernel
-
-        grouped_fwd_fma_kernel[(cdiv(rows, config.block_p) * (G // bg),)](
-            x, w, out, G, rows, taps,
-            *pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,
-            *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
-            sx[0], *spatial_strides(x, 1, D), sx[-1],
-            sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
-            sy[0], *spatial_strides(out, 1, D), sy[-1],
-            CG=p.c_per_group, OG=p.o_per_group, BG=bg, FLIP=p.flip, INT64=needs_int64(x, w, out),
-            BLOCK_P=config.block_p, num_warps=config.num_warps, num_stages=config.num_stages,
-        )
-        return
-    grouped_fwd_kernel[(tiles * cdiv(G, bg),)](
-        x, w, out, G, rows, taps, chunks,
-        *pad3(p.in_spatial, 1), SO1, SO2, SO3, K2, K3,
-        *_geometry(p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo),
-        sx[0], *spatial_strides(x, 1, D), sx[-1],
-        sw[0], sw[1], *spatial_strides(w, 2, D), sw[-1],
-        sy[0], *spatial_strides(out, 1, D), sy[-1],
-        CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, TA=ta, TB=tb, EVEN=even, FLIP=p.flip,
-        INT64=needs_int64(x, w, out), TILE_H=tile_h, TILE_W=tile_w,
-        PRECISION=_precision(p), UPCAST=INTERPRET,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+    meta = dict(CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, TA=ta, TB=tb, EVEN=even,
+                FLIP=p.flip, INT64=needs_int64(x, w, out), TILE_H=tile_h, TILE_W=tile_w,
+                PRECISION=_precision(p), UPCAST=INTERPRET,
+                num_warps=config.num_warps, num_stages=config.num_stages)
+    return grouped_fwd_kernel, (tiles * cdiv(G, bg),), (x, w, out, G, rows, taps, chunks, *geometry), meta
 
 
 def _tap_split(taps: int, bci: int, lanes: int) -> tuple[int, int, int]:
