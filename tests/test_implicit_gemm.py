@@ -118,6 +118,7 @@ def test_gpu_defaults(monkeypatch):
                          (tiny_grouped.wgrad(), "native")):
         assert planner._choose(q).name == algorithm, (q, planner._choose(q).reason)
     assert planner._choose(tiny_grouped).config.kernel == "direct" and grouped.host_bound(tiny_grouped)
+    assert all(planner._choose(q).reason.startswith("host-bound") for q in (tiny, tiny_grouped))
     batch_one = cases["grouped3x3_g32"].problem("cuda")  # at batch 1 too: 0.4 us at its floor
     batch_one = replace(batch_one, x_shape=(1, *batch_one.x_shape[1:]))
     assert grouped.host_bound(batch_one) and not grouped.host_bound(replace(batch_one, x_shape=(8, 56, 56, 128)))

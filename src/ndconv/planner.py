@@ -270,6 +270,8 @@ def _choose(p: ConvProblem) -> Plan:
     if first is not None:
         order = (first, *(name for name in order if name != first))
         why = f"{first} measured fastest on this kind of problem"
+    elif p.device == "cuda" and _host_bound(p):
+        why = "host-bound (the GPU would finish before PyTorch's call is issued): first with a bound launch"
     for name in order:
         module = REGISTRY.get(name)  # an optional algorithm may be absent
         if module is not None:
