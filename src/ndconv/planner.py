@@ -340,8 +340,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     model of such layers would wait on the host. Autotuning weighs that too (tuning.tune). For
     the same reason, problems so small that the GPU finishes them faster than PyTorch's call is
     issued (``_host_bound``) keep the TMA kernel's forward, whose bound launch costs half the
-    host time, and grouped ones the direct kernel (grouped.host_bound: 19-20 us a call against
-    31 for PyTorch's grouped convolution, packing would add a weight copy)."""
+    host time, and grouped ones the direct kernel (grouped.host_bound: 21-23 us a call against
+    28-32 for PyTorch's grouped convolution, packing would add a weight copy)."""
     from .algorithms import depthwise, grouped, implicit_gemm, native, stem, toeplitz
 
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
