@@ -503,11 +503,10 @@ def differentiable(p: ConvProblem, config: str | None):
     forward, _, name, _ = _source(p, config)
     if p.pass_ != "fwd" or name not in _PLAIN:
         return None
-    g, D, shape = _plain_geometry(forward, name), p.ndim, p.result_shape
-    flip = tuple(range(1, 1 + D)) if p.flip else None
+    g, shape = _plain_geometry(forward, name), p.result_shape
 
     def views(x, w):
-        x, w = x.movedim(-1, 1), (w.flip(flip) if flip else w).movedim(-1, 1)
+        x, w = x.movedim(-1, 1), (w.flip(g.flip) if g.flip else w).movedim(-1, 1)
         return (x.unsqueeze(2), w.unsqueeze(2)) if g.lifted else (x, w)
 
     x_meta, w_meta = views(*(torch.empty(s, device="meta") for s in (p.x_shape, p.w_shape)))
