@@ -104,16 +104,24 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
 
 
 def test_gpu_default_packs_through_pytorch():
-    """On a GPU groups that pack become 16 channels wide for the forward, 32 for the gradients,
-    run by PyTorch's convolution (the input gradient through convolution_backward); groups that
-    do not pack keep the direct kernel."""
+    """On a GPU the rows kernel runs stride-1 2-D forwards and input gradients over rows wider
+    than 32 or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
+    the forward, 32 for the gradients, run by PyTorch's convolution (the input gradient through
+    convolution_backward); groups that do not pack keep the direct kernel."""
     p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
-    assert grouped.default_config(p) == Config("packed", 4, packed_by="native")
-    assert grouped.default_config(p.dgrad()) == Config("packed", 8, native.BACKWARD + "conv", packed_by="native")
+    assert grouped.default_config(p) == grouped.rows_config(p)  # wide rows: the rows kernel
+    assert grouped.default_config(p.dgrad()) == grouped.rows_config(p.dgrad())
     assert grouped.default_config(p.wgrad()) == Config("packed", 8, packed_by="native")
+    narrow = replace(p, x_shape=(64, 28, 28, 128))  # 32-column rows: packing wins
+    assert grouped.default_config(narrow) == Config("packed", 4, packed_by="native")
+    assert grouped.default_config(narrow.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
+                                                            packed_by="native")
+    strided = replace(p, stride=(2, 2))
+    assert grouped.default_config(strided) == Config("packed", 4, packed_by="native")
     regnet = make_problem((64, 28, 28, 168), (168, 3, 3, 24), padding=1, groups=7, dtype=torch.bfloat16,
                           device="cuda")
-    assert grouped.default_config(regnet).kernel == "direct"
+    assert grouped.default_config(regnet) == grouped.rows_config(regnet)  # groups that do not pack
+    assert grouped.default_config(replace(regnet, stride=(2, 2))).kernel == "direct"
     narrow = make_problem((256, 56, 56, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(narrow) == Config("packed", 3, packed_by="native")  # 6 wide: all three
     # a forward the host would wait on: the direct kernel, whose bound launch is issued fastest
@@ -121,3 +129,53 @@ def test_gpu_default_packs_through_pytorch():
     assert grouped.host_bound(tiny) and not grouped.host_bound(narrow) and not grouped.host_bound(tiny.dgrad())
     assert grouped.default_config(tiny) == Config(block_g=8, block_p=128, tile_w=8)
     assert grouped.default_config(tiny.dgrad()).packed_by == "native"
+
+
+# Stride-1 2-D problems the rows kernel takes: 4x4 groups in whole 16-lane blocks, groups of 3 in
+# and 5 out (lanes padded, a partial block), flip, asymmetric padding with a crop, a kernel of 5
+# rows, and rows wider than one 16-column tile.
+ROWS_CASES = {
+    "resnext_4x4": ((2, 6, 7, 32), (32, 3, 3, 4), {"padding": 1, "groups": 8}),
+    "g3_3x5": ((2, 8, 6, 9), (15, 3, 2, 3), {"padding": 2, "groups": 3}),
+    "g2_8x8_flip": ((1, 5, 6, 16), (16, 2, 3, 8), {"padding": 1, "groups": 2, "flip": True}),
+    "g6_crop": ((1, 7, 9, 24), (24, 3, 3, 4), {"padding": ([1, 0], [2, -1]), "groups": 6}),
+    "k5x3_wide": ((1, 9, 40, 32), (32, 5, 3, 4), {"padding": ([2, 1], [1, 1]), "groups": 8}),
+}
+ROWS_CONFIGS = {
+    "default": None,  # grouped.rows_config(p): strips sized to the GPU, one 64-column tile
+    "strips_of_2": 2,
+    "narrow_tiles_2x_groups": Config("rows", block_g=8, tile_w=16, strip=3, num_stages=3),
+}
+
+
+@pytest.mark.parametrize("config", ROWS_CONFIGS.values(), ids=ROWS_CONFIGS.keys())
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("case", ROWS_CASES.values(), ids=ROWS_CASES.keys())
+def test_rows_kernel_matches_reference(case, pass_, config):
+    x, w, args = case
+    for dtype in (torch.float32, torch.bfloat16):
+        p = for_pass(make_problem(x, w, dtype=dtype, device=DEVICE, **args), pass_)
+        assert grouped.rows_reason(p) is None
+        forced = config if isinstance(config, Config) else grouped.rows_config(p, config or 0)
+        report = testing.check("grouped", p, seed=len(x), config=forced)
+        assert report.ok, f"{forced} on {p}: {report}"
+        a, b = testing.random_operands(p, 2, device=DEVICE)
+        out = prepared_call(grouped, p, forced)(a, b)  # its bound launch, as a cached call runs it
+        testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {forced}")
+
+
+def test_rows_kernel_refuses_what_it_does_not_walk():
+    p = make_problem((1, 6, 7, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE)
+    assert grouped.rows_reason(p) is None and grouped.rows_reason(p.dgrad()) is None
+    others = {
+        "weight gradient": p.wgrad(),
+        "stride": replace(p, stride=(1, 2)),
+        "kernel dilation": replace(p, kernel_dilation=(2, 1)),
+        "input dilation": replace(p, input_dilation=(2, 2)),
+        "1-D": make_problem((1, 7, 16), (16, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE),
+    }
+    for what, q in others.items():
+        reason = grouped.rows_reason(q)
+        assert reason and reason.startswith("rows kernel"), what
+        with pytest.raises(ValueError, match="rows kernel"):
+            testing.check("grouped", q, seed=0, config=grouped.rows_config(q))

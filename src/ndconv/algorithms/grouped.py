@@ -1,7 +1,7 @@
 """Grouped convolutions with small groups (ResNeXt's 4, RegNet's 8-24 channels per group).
 
 A group of 4x4 channels is a GEMM far narrower than a tensor-core tile: run alone, it wastes
-almost the whole tile. Two kernels, picked by the config:
+almost the whole tile. Two kernels and a packing, picked by the config:
 
 - ``direct`` (grouped_kernels.py): a program owns a tile of output positions and a block of
   whole groups (16 channels for 4-wide groups), contiguous in channels-last memory. Per tap it
@@ -10,6 +10,10 @@ almost the whole tile. Two kernels, picked by the config:
   block-diagonal weight, built in registers. The weight gradient reduces over output
   positions, all taps of a block at once (dy loaded once per position block), into a float32
   workspace summed afterwards in a fixed order.
+- ``rows`` (grouped_kernels.py; forwards and input gradients of stride-1 2-D convolutions): a
+  program walks a strip of output rows, loading each input row once per column tap and
+  multiplying it into the accumulators of every output row that reads it, so an input element
+  is loaded and staged for the tensor cores K2 times instead of K1 * K2.
 - ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
   zeros between groups make it the same convolution), run by implicit_gemm (or, with
   ``packed_by="native"``, by PyTorch's convolution: cuDNN's kernels for a few wide groups
@@ -63,13 +67,15 @@ HOST_BOUND_S = 20e-6
 
 @dataclass(frozen=True)
 class Config:
-    kernel: str = "direct"  # "direct" (grouped_kernels.py) or "packed" (implicit_gemm)
+    kernel: str = "direct"  # "direct" or "rows" (grouped_kernels.py), or "packed" (implicit_gemm)
     pack: int = 0  # packed: consecutive groups merged into one block-diagonal group
     tile: implicit_gemm.Config | str | None = None  # packed: the packed problem's config (None: its default)
     packed_by: str = "implicit_gemm"  # packed: the algorithm that runs the packed problem, or "native"
     block_g: int = 0  # direct: whole groups per program (0: the fewest that fill MIN_BLOCK)
     block_p: int = 128  # direct: output positions per program (weight gradient: per step)
-    tile_w: int = 0  # direct forward: positions along the last axis per 2-D tile (0: flat rows)
+    tile_w: int = 0  # direct forward: positions along the last axis per 2-D tile (0: flat rows);
+    # rows: output columns per program (0: the output row's width, 16 to 64)
+    strip: int = 0  # rows: output rows per program (0: as many as leave the GPU full)
     num_warps: int = 4
     num_stages: int = 1  # direct: 1 keeps the tap loads plain (L1-cached), no cp.async pipeline
     programs_per_sm: int = 8  # direct weight gradient: row chunks sized to fill the GPU this much
@@ -120,6 +126,9 @@ def supports(p):
                       "run by PyTorch's convolution (cuDNN's kernels for wider groups)")
     if config.kernel == "packed":
         return True, f"{config.pack} groups of {cg}x{og} channels packed block-diagonally per tensor-core tile"
+    if config.kernel == "rows":
+        return True, (f"rows kernel: strips of output rows, each input row loaded once per column tap "
+                      f"for every kernel row, {cg}x{og}-channel groups in block-diagonal tensor-core products")
     bg = config.block_g or _default_block_g(p)
     return True, (f"direct kernel: {bg} groups of {cg}x{og} channels per block-diagonal tensor-core "
                   "product, input tiles reused across taps from L1")
@@ -134,9 +143,10 @@ def packed_problem(p, pack: int):
 
 
 def default_config(p) -> Config:
-    """Measured on the H200 (bf16, tools/grouped_sweep.py): on a GPU, wherever the groups pack,
-    the packed problem through PyTorch's convolution (_native_default), but for forwards the
-    host would wait on (host_bound), whose direct kernel is issued fastest; else the packed GEMM
+    """Measured on the H200 (bf16, tools/grouped_sweep.py): on a GPU, the rows kernel where it
+    wins (rows_win), else wherever the groups pack the packed problem through PyTorch's
+    convolution (_native_default), but for forwards the host would wait on (host_bound), whose
+    direct kernel is issued fastest; elsewhere (the interpreter) the packed GEMM
     for the forward pass and input gradient wherever the groups pack, the direct kernel for
     weight gradients and groups that do not pack.
 
@@ -151,6 +161,8 @@ def default_config(p) -> Config:
     direct = Config(block_g=_default_block_g(p), block_p=128, tile_w=8 if p.ndim > 1 else 0)
     if host_bound(p):
         return direct
+    if p.device == "cuda" and rows_win(p):
+        return rows_config(p)
     if p.device == "cuda" and _pack_factors(p):
         return _native_default(p)
     if p.pass_ == "wgrad":
@@ -198,6 +210,10 @@ def configs(p) -> list[Config]:
                 for w, s in ((4, 1), (8, 1), (4, 2))]
         out += [c for c in (Config(fma=True), Config(fma=True, block_p=256),
                             Config(fma=True, block_p=512, num_warps=8)) if _fma_possible(p, c)]
+    if rows_reason(p) is None:  # the rows kernel: default strips, whole height, short strips, 2 stages
+        height = p.out_spatial[0]
+        out[1:1] = [rows_config(p), rows_config(p, height), rows_config(p, 8),
+                    replace(rows_config(p), num_stages=2)]
     # the packed problem through PyTorch's convolution, early (autotuning times the first configs)
     out[1:1] = [Config("packed", pack, packed_by="native") for pack in _native_packs(p)]
     if _pack_factors(p):
@@ -234,6 +250,10 @@ def _merge_groups(t: torch.Tensor, pack: int) -> torch.Tensor:
 def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
+    if config.kernel == "rows":
+        kernel, grid, args, meta = _rows_launch(p, x, w, out, config)
+        kernel[grid](*args, **meta)
+        return
     if config.kernel == "direct":
         if p.pass_ == "wgrad":
             return _run_direct_wgrad(p, x, w, out, config)
@@ -266,17 +286,18 @@ def _diagonal_blocks(dense: torch.Tensor, groups: int, pack: int) -> torch.Tenso
 
 
 def prepare(p, config: Config | None):
-    """The direct forward's (or input gradient's) call with its one launch bound once
+    """The direct or rows forward's (or input gradient's) call with its one launch bound once
     (BoundLaunch), and the packed problem's prepared call through PyTorch's convolution
     (``packed_by="native"``), which returns PyTorch's result itself (run copies it into a
     separate output: one more pass over the 51 MB output of grouped3x3_g32); None (run) for the
     other configs."""
     config = config or default_config(p)
-    if config.kernel == "direct":
+    if config.kernel in ("direct", "rows"):
         views = meta_views(p) if p.pass_ != "wgrad" else None
         if views is None:
             return None
-        return allocating(p, BoundLaunch(*_direct_launch(p, *views, config), operands=views))
+        launch = _rows_launch if config.kernel == "rows" else _direct_launch
+        return allocating(p, BoundLaunch(*launch(p, *views, config), operands=views))
     if config.packed_by != "native":
         return None
     pack, G = config.pack, p.groups
@@ -406,3 +427,79 @@ def _run_direct_wgrad(p, x_t, dy_t, dw_t, config: Config):
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     dw.copy_(ws.sum(0).view(dw.shape))
+
+
+# ---------------------------------------------------------------------- rows kernel
+
+
+def rows_reason(p) -> str | None:
+    """None where the rows kernel runs ``p``, else why not: it walks output rows of a forward
+    (or input gradient) at stride 1 without dilation, in 2-D."""
+    if p.pass_ == "wgrad":
+        return "rows kernel: a weight gradient reduces over positions (the direct kernel's)"
+    if p.ndim != 2:
+        return "rows kernel: 2-D problems only"
+    if any(v != 1 for v in (*p.stride, *p.kernel_dilation, *p.input_dilation)):
+        return "rows kernel: stride 1 without dilation only"
+    return None
+
+
+def rows_win(p) -> bool:
+    """Where the rows kernel is the GPU default. Measured on the H200 (bf16, 2026-12-01, GPU
+    time; out/rows_cases.py): it wins on output rows wider than 32 (ResNeXt's 4x4 groups at
+    56x56, batch 64: 60.8 / 60.7 us forward / input gradient against 80.8 / 74.8 packed through
+    PyTorch; batch 8: 12.0 / 11.9 against 20.1; RegNet's 8x8 groups at 112x112: 35.0 / 34.8
+    against 185.8 / 59.4) and where groups do not pack (RegNetX's 7 groups of 24 at 28x28: 119.6
+    / 118.3 against the direct kernel's 229.5 / 239.6); packing wins narrower rows (ResNeXt's
+    8x8 groups at 28x28: 47.5 / 44.6 against 56.9 / 57.1; 16x16 at 14x14: 32.9 / 31.1 against
+    50.9 / 51.2), whose 16- and 32-column tiles keep the tensor cores short of work. Layers with
+    fewer groups than one block of 16 lanes (not measured) keep packing."""
+    wide = p.out_spatial[-1] > 32 or not _pack_factors(p)
+    return rows_reason(p) is None and wide and p.groups >= _default_block_g(p)  # a whole block of groups
+
+
+def rows_config(p, strip: int = 0) -> Config:
+    """The rows kernel's default: the fewest whole groups that fill 16 lanes, the output row in
+    one tile of up to 64 columns, 4 warps, 3 stages (the pipeliner copies the next input tiles
+    while the tensor cores run)."""
+    return Config("rows", block_g=_default_block_g(p), tile_w=_rows_block_w(p), strip=strip, num_stages=3)
+
+
+def _rows_block_w(p) -> int:
+    return pow2_at_least(p.out_spatial[-1], lo=16, hi=64)
+
+
+def _rows_strip(p, programs: int, device) -> int:
+    """Output rows per program: the whole output height where that makes about 3 programs per SM,
+    else as many equal strips as do (each strip re-reads K1 - 1 input rows). Measured best
+    (out/rows_cases.py): 56 rows at 512 programs (60.8 us against 64.0 for 28), 14 at 64 (12.0
+    against 13.6 for 8 and 15.6 for 28), 28 of 112 at 128 (35.0 against 39.9 for 8 and 41.5
+    for 56), 4 at 16 (7.3 against 8.0 for 8)."""
+    strips = -(-3 * sm_count(device) // programs)
+    return -(-p.out_spatial[0] // strips)
+
+
+def _rows_launch(p, x, w, out, config: Config):
+    """(kernel, grid, args, meta) of the rows kernel on these operand views."""
+    from .grouped_kernels import grouped_rows_fwd_kernel
+
+    reason = rows_reason(p)
+    if reason:
+        raise ValueError(f"grouped: {reason}, not {p}")
+    _check_adjacent_groups(x)
+    _check_adjacent_groups(out)
+    G = p.groups
+    bg, bci, bco, even = _blocks(p, config)
+    (H, W), (HO, WO), (K1, K2) = p.in_spatial, p.out_spatial, p.kernel
+    block_w = config.tile_w or _rows_block_w(p)
+    col_tiles = cdiv(WO, block_w)
+    programs = p.batch * col_tiles * cdiv(G, bg)
+    strip = config.strip or _rows_strip(p, programs, x.device)
+    strips = cdiv(HO, strip)
+    sx, sw, sy = x.stride(), w.stride(), out.stride()
+    args = (x, w, out, G, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
+            sx[0], sx[1], sx[2], sx[-1], sw[0], sw[1], sw[2], sw[3], sw[-1], sy[0], sy[1], sy[2], sy[-1])
+    meta = dict(K1=K1, K2=K2, CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, EVEN=even,
+                FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, PRECISION=_precision(p),
+                UPCAST=INTERPRET, num_warps=config.num_warps, num_stages=config.num_stages)
+    return grouped_rows_fwd_kernel, (programs * strips,), args, meta

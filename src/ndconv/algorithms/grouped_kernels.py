@@ -7,6 +7,11 @@ block are mixed by one small tensor-core product per tap with the block-diagonal
 block, built in registers (BG times more products than the groups need, on units that have them
 to spare). The taps are unrolled and read the input with plain loads, so a program's re-reads of
 its input tile across taps are served by L1, not L2.
+
+The rows kernel (stride-1 2-D problems) walks a strip of output rows instead: each input tile
+(an input row at one column tap) is loaded once and multiplied into every output row that reads
+it, so an input element passes the load and the tensor-core operand staging K2 times rather than
+K1 * K2 times.
 """
 
 import triton
@@ -96,6 +101,67 @@ def grouped_fwd_kernel(
     else:
         y_mask = mask_p[:, None] & mask_co[None, :]
     tl.store(y_rows[:, None] + y_cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+
+
+@triton.jit
+def grouped_rows_fwd_kernel(
+    x_ptr, w_ptr, y_ptr,
+    G, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
+    sxn, sx1, sx2, sxc,
+    swg, swo, sw1, sw2, swc,
+    syn, sy1, sy2, syo,
+    K1: tl.constexpr, K2: tl.constexpr,
+    CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
+    EVEN: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_W: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """y[n, i, j, g, o] = sum_{t1, t2, c < CG} x[n, i + t1 - LO1, j + t2 - LO2, g, c] * w[g, o, t1, t2, c]
+    (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W columns and BG whole groups.
+    Step u reads input row r0 + u - LO1: its K2 column-shifted tiles [BLOCK_W, BCI] are loaded once
+    each and multiplied into the K1 accumulators of the output rows that read them (acc[k] holds
+    output row r0 + u - k, through kernel row k); then output row r0 + u - (K1 - 1) is complete,
+    is stored, and the accumulators roll down one row. The K1*K2 block-diagonal weights
+    [BCI, BCO] stay in registers for the whole strip."""
+    n_cb = tl.cdiv(G, BG)
+    pid = tl.program_id(0)
+    cb = pid % n_cb  # channel blocks fastest: the programs sharing input rows run together
+    rest = pid // n_cb
+    ct = rest % COL_TILES
+    rest = rest // COL_TILES
+    r0 = rest % STRIPS * STRIP
+    n = rest // STRIPS
+    if INT64:
+        n = n.to(tl.int64)
+    cols = ct * BLOCK_W + tl.arange(0, BLOCK_W)
+    _, _, mask_ci = _channels(cb, G, CG, BG, BCI, EVEN)
+    _, _, mask_co = _channels(cb, G, OG, BG, BCO, EVEN)
+    x_tile = x_ptr + n * sxn + ((cb * (BG * CG) + tl.arange(0, BCI)) * sxc)[None, :]
+    y_tile = y_ptr + n * syn + (cols * sy2)[:, None] + ((cb * (BG * OG) + tl.arange(0, BCO)) * syo)[None, :]
+    y_mask = (cols < WO)[:, None] & mask_co[None, :]
+    weights = ()
+    for t in tl.static_range(K1 * K2):  # the tap (t // K2, t % K2) in read order
+        weights = weights + (_weight_diagonal(w_ptr, t, cb, G, K1 * K2, K1, K2, swg, swo, 0, sw1, sw2, swc,
+                                              CG, OG, BG, BCI, BCO, 1, EVEN, FLIP),)
+    accs = ()
+    for k in tl.static_range(K1):
+        accs = accs + (tl.zeros((BLOCK_W, BCO), dtype=tl.float32),)
+    for u in range(tl.minimum(STRIP, HO - r0) + K1 - 1):
+        ih = r0 + u - LO1
+        if INT64:
+            ih = ih.to(tl.int64)
+        row = x_tile + ih * sx1
+        ok_row = (ih >= 0) & (ih < H)
+        for t2 in tl.static_range(K2):
+            iw = cols + t2 - LO2
+            ok = ((iw >= 0) & (iw < W) & ok_row)[:, None] & mask_ci[None, :]
+            a = tl.load(row + (iw * sx2)[:, None], mask=ok, other=0.0)
+            rolled = ()
+            for k in tl.static_range(K1):
+                rolled = rolled + (dot(a, weights[k * K2 + t2], accs[k], PRECISION, UPCAST),)
+            accs = rolled
+        oh = ih + LO1 - (K1 - 1)
+        tl.store(y_tile + oh * sy1, accs[K1 - 1].to(y_ptr.dtype.element_ty), mask=y_mask & (oh >= r0))
+        accs = (tl.zeros((BLOCK_W, BCO), dtype=tl.float32),) + accs[0:K1 - 1]
 
 
 @triton.jit
