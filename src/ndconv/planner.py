@@ -297,7 +297,7 @@ def _measured_first(p: ConvProblem) -> str | None:
     47 against 45, 43 against 41, 46 against 37), and pointwise ones whose reduction is at least
     4x their weight's size (ResNet-50's 1x1 layers at 56x56: 44.5 against 49.9 and 58.8 us; at
     28x28 and below PyTorch's is faster or within 3%, 17-31 against 22-34); small groups that
-    do not pack (1.0-1.1x); forwards with
+    do not pack, outside the rows kernel (against the direct kernel: 1.0-1.1x); forwards with
     symmetric padding (r50_3x3_56, r50_1x1_56, vae, conv3d, 1-D ones through a 2-D
     convolution: within 0-15%), except with more than 128 output channels that 128 does not
     divide (SD UNet's 320 run on the persistent TMA kernel: 97 against 110 us, fp16 98 against
@@ -311,9 +311,11 @@ def _measured_first(p: ConvProblem) -> str | None:
     phases (r50's 3x3 stride 2 at 56x56 49 against 69 us, at 28x28 39 against 51, ConvNeXt's
     2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
     not 1x1 ones, 108 against 109 and 73 against 69, nor r50's at 14x14, 55 against 44); and
-    strided problems the TMA kernel does not take. Small groups that pack run as fewer, wider
-    groups through PyTorch's convolution (grouped's GPU default: grouped3x3_g32 1.22x, 1.37x
-    and 1.67x PyTorch's grouped convolution, forward and both gradients).
+    strided problems the TMA kernel does not take. Small groups run on grouped's rows kernel
+    where it wins (grouped.rows_win: stride-1 2-D forwards and input gradients over rows wider
+    than 32 or groups that do not pack; grouped3x3_g32 60.8 / 60.7 us against PyTorch's 95-97 /
+    108-109), else, where they pack, as fewer, wider groups through PyTorch's convolution
+    (grouped3x3_g32's weight gradient 1.67x PyTorch's grouped convolution).
 
     The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps or more in half
     precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13 0.32 against
@@ -349,8 +351,9 @@ def _measured_first(p: ConvProblem) -> str | None:
     if grouped.supports(p)[0] and not depthwise.supports(p)[0]:  # packed through cuDNN, unless tiny
         if grouped.host_bound(p):  # the direct kernel's bound launch
             return None
-        packed = grouped.default_config(p).packed_by == "native" and not _host_bound(p)
-        return None if packed else "native"
+        config = grouped.default_config(p)
+        ours = config.kernel == "rows" or (config.packed_by == "native" and not _host_bound(p))
+        return None if ours else "native"
     if p.pass_ == "wgrad":
         if p.ndim == 1 and depthwise.supports(p)[0]:
             return None
