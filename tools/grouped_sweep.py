@@ -1,5 +1,6 @@
-"""Sweeps the grouped algorithm's configs on small-group convolutions (run on the GPU): the direct
-kernel's block, tile and tap-chunk shapes next to the packed GEMM and PyTorch's cuDNN, every
+"""Sweeps the grouped algorithm's configs on small-group convolutions (run on the GPU): the rows
+kernel's strips and the direct kernel's block, tile and tap-chunk shapes next to the packed GEMM
+and PyTorch's cuDNN, every
 config checked against the float64 reference before it is timed. About 4 minutes on the H200.
 
     PYTHONPATH=src python3 tools/grouped_sweep.py --out $OUT/grouped.json
@@ -37,6 +38,10 @@ CASES = {
     "grouped3x3_g32": ((64, 56, 56, 128), (128, 3, 3, 4), {"padding": 1, "groups": 32}),  # ResNeXt-50 32x4d
     "resnext_g32x8_56": ((32, 56, 56, 256), (256, 3, 3, 8), {"padding": 1, "groups": 32}),  # ResNeXt-101 32x8d
     "regnetx_g24_28": ((64, 28, 28, 168), (168, 3, 3, 24), {"padding": 1, "groups": 7}),  # RegNetX-1.6GF stage 2
+    "resnext_g32x8_28": ((64, 28, 28, 256), (256, 3, 3, 8), {"padding": 1, "groups": 32}),  # ResNeXt-50 stage 2
+    "resnext_g32x16_14": ((64, 14, 14, 512), (512, 3, 3, 16), {"padding": 1, "groups": 32}),  # ResNeXt-50 stage 3
+    "grouped3x3_g32_n8": ((8, 56, 56, 128), (128, 3, 3, 4), {"padding": 1, "groups": 32}),  # batch 8
+    "regnet_g8_112": ((16, 112, 112, 64), (64, 3, 3, 8), {"padding": 1, "groups": 8}),  # wide rows
     # depthwise 3x3 (MobileNetV2, the public suite's): packed 16 groups at a time, a 3x3 conv over
     # 16 channels does 16x the MACs, 8.3 GFLOP on dw3x3_56, under its 27 us memory floor
     "dw3x3_56": ((64, 56, 56, 144), (144, 3, 3, 1), {"padding": 1, "groups": 144}),
@@ -60,6 +65,17 @@ FWD = [
     ("w8", C(num_warps=8)),
     ("lanes32 stages2", C(tap_lanes=32, num_stages=2)),
     ("2x groups", C(block_g=-2)),  # block_g resolved per problem: twice the default
+]
+# The rows kernel (forwards and input gradients at stride 1): strip 0 = as tall as keeps 4
+# programs per SM, tile_w 0 = the output row up to 64 columns.
+ROWS = [
+    ("rows default", C("rows", num_stages=3)),
+    ("rows stages2", C("rows", num_stages=2)),
+    ("rows strip 8", C("rows", strip=8, num_stages=3)),
+    ("rows strip 16", C("rows", strip=16, num_stages=3)),
+    ("rows 32 columns", C("rows", tile_w=32, num_stages=3)),
+    ("rows 2x groups", C("rows", block_g=-2, num_stages=3)),
+    ("rows stages1", C("rows", num_stages=1)),
 ]
 WGRAD = [
     ("default", C(block_p=64)),
@@ -127,6 +143,10 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
                     algo(grouped, C("packed", pack, tile=formulation, packed_by="native")))
     for pack in grouped._pack_factors(q):
         measure(f"packed {pack} by implicit_gemm", algo(grouped, C("packed", pack)))
+    if grouped.rows_reason(q) is None:
+        for label, config in ROWS:
+            measure(label, algo(grouped, _resolve(q, config)))
+            rows[-1]["config"] = asdict(_resolve(q, config))
     configs = WGRAD if pass_ == "wgrad" else FWD
     for label, config in configs[:short] if short else configs:
         config = _resolve(q, config)
