@@ -251,13 +251,11 @@ def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
     if config.kernel == "rows":
-        kernel, grid, args, meta = _rows_launch(p, x, w, out, config)
-        kernel[grid](*args, **meta)
-        return
+        return _launch_now(_rows_launch, p, x, w, out, config)
     if config.kernel == "direct":
         if p.pass_ == "wgrad":
             return _run_direct_wgrad(p, x, w, out, config)
-        return _run_direct(p, x, w, out, config)
+        return _launch_now(_direct_launch, p, x, w, out, config)
     pack = config.pack
     q = packed_problem(p, pack)
     algorithm = native if config.packed_by == "native" else implicit_gemm
@@ -340,8 +338,9 @@ def _fma_possible(p, config: Config) -> bool:
     return even and cg == pow2_at_least(cg) and og == pow2_at_least(og)
 
 
-def _run_direct(p, x, w, out, config: Config):
-    kernel, grid, args, meta = _direct_launch(p, x, w, out, config)
+def _launch_now(launch, p, x, w, out, config: Config) -> None:
+    """Runs the one launch that ``launch`` (_direct_launch or _rows_launch) describes."""
+    kernel, grid, args, meta = launch(p, x, w, out, config)
     kernel[grid](*args, **meta)
 
 
