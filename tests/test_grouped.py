@@ -104,15 +104,16 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
 
 
 def test_gpu_default_packs_through_pytorch():
-    """On a GPU the rows kernel runs stride-1 2-D forwards and input gradients over rows wider
+    """On a GPU the rows kernel runs stride-1 2-D convolutions (all three passes) over rows wider
     than 32 or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
     the forward, 32 for the gradients, run by PyTorch's convolution (the input gradient through
     convolution_backward); groups that do not pack keep the direct kernel."""
     p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(p) == grouped.rows_config(p)  # wide rows: the rows kernel
     assert grouped.default_config(p.dgrad()) == grouped.rows_config(p.dgrad())
-    assert grouped.default_config(p.wgrad()) == Config("packed", 8, packed_by="native")
+    assert grouped.default_config(p.wgrad()) == grouped.rows_config(p.wgrad())
     narrow = replace(p, x_shape=(64, 28, 28, 128))  # 32-column rows: packing wins
+    assert grouped.default_config(narrow.wgrad()) == Config("packed", 8, packed_by="native")
     assert grouped.default_config(narrow) == Config("packed", 4, packed_by="native")
     assert grouped.default_config(narrow.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
                                                             packed_by="native")
@@ -149,7 +150,7 @@ ROWS_CONFIGS = {
 
 
 @pytest.mark.parametrize("config", ROWS_CONFIGS.values(), ids=ROWS_CONFIGS.keys())
-@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 @pytest.mark.parametrize("case", ROWS_CASES.values(), ids=ROWS_CASES.keys())
 def test_rows_kernel_matches_reference(case, pass_, config):
     x, w, args = case
@@ -166,10 +167,10 @@ def test_rows_kernel_matches_reference(case, pass_, config):
 
 def test_rows_kernel_refuses_what_it_does_not_walk():
     p = make_problem((1, 6, 7, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE)
-    assert grouped.rows_reason(p) is None and grouped.rows_reason(p.dgrad()) is None
+    assert all(grouped.rows_reason(q) is None for q in (p, p.dgrad(), p.wgrad()))
     others = {
-        "weight gradient": p.wgrad(),
         "stride": replace(p, stride=(1, 2)),
+        "stride's weight gradient": replace(p, stride=(2, 1)).wgrad(),
         "kernel dilation": replace(p, kernel_dilation=(2, 1)),
         "input dilation": replace(p, input_dilation=(2, 2)),
         "1-D": make_problem((1, 7, 16), (16, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE),

@@ -10,10 +10,11 @@ almost the whole tile. Two kernels and a packing, picked by the config:
   block-diagonal weight, built in registers. The weight gradient reduces over output
   positions, all taps of a block at once (dy loaded once per position block), into a float32
   workspace summed afterwards in a fixed order.
-- ``rows`` (grouped_kernels.py; forwards and input gradients of stride-1 2-D convolutions): a
-  program walks a strip of output rows, loading each input row once per column tap and
-  multiplying it into the accumulators of every output row that reads it, so an input element
-  is loaded and staged for the tensor cores K2 times instead of K1 * K2.
+- ``rows`` (grouped_kernels.py; stride-1 2-D convolutions, all three passes): a program walks
+  a strip of output rows, loading each input row once per column tap and multiplying it into
+  the accumulators of every output row that reads it, so an input element is loaded and
+  staged for the tensor cores K2 times instead of K1 * K2. Its weight gradient multiplies each
+  input row (all column taps in one tile) with the K1 dy rows that read it in one product.
 - ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
   zeros between groups make it the same convolution), run by implicit_gemm (or, with
   ``packed_by="native"``, by PyTorch's convolution: cuDNN's kernels for a few wide groups
@@ -128,7 +129,8 @@ def supports(p):
         return True, f"{config.pack} groups of {cg}x{og} channels packed block-diagonally per tensor-core tile"
     if config.kernel == "rows":
         return True, (f"rows kernel: strips of output rows, each input row loaded once per column tap "
-                      f"for every kernel row, {cg}x{og}-channel groups in block-diagonal tensor-core products")
+                      f"for every kernel row, {cg}x{og}-channel groups in block-diagonal tensor-core products"
+                      + (", one per input row for all taps" if p.pass_ == "wgrad" else ""))
     bg = config.block_g or _default_block_g(p)
     return True, (f"direct kernel: {bg} groups of {cg}x{og} channels per block-diagonal tensor-core "
                   "product, input tiles reused across taps from L1")
@@ -211,7 +213,7 @@ def configs(p) -> list[Config]:
         out += [c for c in (Config(fma=True), Config(fma=True, block_p=256),
                             Config(fma=True, block_p=512, num_warps=8)) if _fma_possible(p, c)]
     if rows_reason(p) is None:  # the rows kernel: default strips, whole height, short strips, 2 stages
-        height = p.out_spatial[0]
+        height = _rows_shape(p)[2][0]
         out[1:1] = [rows_config(p), rows_config(p, height), rows_config(p, 8),
                     replace(rows_config(p), num_stages=2)]
     # the packed problem through PyTorch's convolution, early (autotuning times the first configs)
@@ -251,6 +253,8 @@ def run(p, x, w, out, config: Config | None = None):
     """x [N, *S, G, Cg], w [G, Og, *K, Cg], out [N, *S_out, G, Og] (views with any strides)."""
     config = config or default_config(p)
     if config.kernel == "rows":
+        if p.pass_ == "wgrad":
+            return _run_rows_wgrad(p, x, w, out, config)
         return _launch_now(_rows_launch, p, x, w, out, config)
     if config.kernel == "direct":
         if p.pass_ == "wgrad":
@@ -284,12 +288,14 @@ def _diagonal_blocks(dense: torch.Tensor, groups: int, pack: int) -> torch.Tenso
 
 
 def prepare(p, config: Config | None):
-    """The direct or rows forward's (or input gradient's) call with its one launch bound once
-    (BoundLaunch), and the packed problem's prepared call through PyTorch's convolution
+    """The direct or rows kernel's call with its one launch bound once (BoundLaunch; not the
+    direct weight gradient's), and the packed problem's prepared call through PyTorch's convolution
     (``packed_by="native"``), which returns PyTorch's result itself (run copies it into a
     separate output: one more pass over the 51 MB output of grouped3x3_g32); None (run) for the
     other configs."""
     config = config or default_config(p)
+    if config.kernel == "rows" and p.pass_ == "wgrad":
+        return _prepared_rows_wgrad(p, config)
     if config.kernel in ("direct", "rows"):
         views = meta_views(p) if p.pass_ != "wgrad" else None
         if views is None:
@@ -339,7 +345,8 @@ def _fma_possible(p, config: Config) -> bool:
 
 
 def _launch_now(launch, p, x, w, out, config: Config) -> None:
-    """Runs the one launch that ``launch`` (_direct_launch or _rows_launch) describes."""
+    """Runs the one launch that ``launch`` (_direct_launch, _rows_launch, _rows_wgrad_launch)
+    describes."""
     kernel, grid, args, meta = launch(p, x, w, out, config)
     kernel[grid](*args, **meta)
 
@@ -432,10 +439,9 @@ def _run_direct_wgrad(p, x_t, dy_t, dw_t, config: Config):
 
 
 def rows_reason(p) -> str | None:
-    """None where the rows kernel runs ``p``, else why not: it walks output rows of a forward
-    (or input gradient) at stride 1 without dilation, in 2-D."""
-    if p.pass_ == "wgrad":
-        return "rows kernel: a weight gradient reduces over positions (the direct kernel's)"
+    """None where the rows kernel runs ``p``, else why not: it walks output rows at stride 1
+    without dilation, in 2-D (a weight-gradient problem's stride and kernel dilation are the
+    forward's kernel dilation and stride: the test is the same)."""
     if p.ndim != 2:
         return "rows kernel: 2-D problems only"
     if any(v != 1 for v in (*p.stride, *p.kernel_dilation, *p.input_dilation)):
@@ -452,8 +458,13 @@ def rows_win(p) -> bool:
     / 118.3 against the direct kernel's 229.5 / 239.6); packing wins narrower rows (ResNeXt's
     8x8 groups at 28x28: 47.5 / 44.6 against 56.9 / 57.1; 16x16 at 14x14: 32.9 / 31.1 against
     50.9 / 51.2), whose 16- and 32-column tiles keep the tensor cores short of work. Layers with
-    fewer groups than one block of 16 lanes (not measured) keep packing."""
-    wide = p.out_spatial[-1] > 32 or not _pack_factors(p)
+    fewer groups than one block of 16 lanes (not measured) keep packing. The weight gradient
+    (2026-12-01, GPU time, out/rows_wgrad_lib2.py) follows the same rule: 71.2 us against 93.6
+    packed on ResNeXt's 4x4 groups at 56x56 (23.0 against 35.6 at batch 8; 8x8 groups 73.4
+    against 80.7), 46.0 against 109.5 on RegNet's 8x8 at 112x112, 292 against the direct
+    kernel's 409 on RegNetX's 24-wide groups; at 28x28 a tie (47.4 against 48.7), at 14x14
+    packing (33.3 against 97.4)."""
+    wide = _rows_shape(p)[2][-1] > 32 or not _pack_factors(p)
     return rows_reason(p) is None and wide and p.groups >= _default_block_g(p)  # a whole block of groups
 
 
@@ -465,7 +476,15 @@ def rows_config(p, strip: int = 0) -> Config:
 
 
 def _rows_block_w(p) -> int:
-    return pow2_at_least(p.out_spatial[-1], lo=16, hi=64)
+    return pow2_at_least(_rows_shape(p)[2][-1], lo=16, hi=64)
+
+
+def _rows_shape(p):
+    """(batch, input, output and kernel sizes) of the forward convolution whose output rows the
+    rows kernel walks: a weight-gradient problem's output is the forward's kernel, its kernel dy."""
+    if p.pass_ == "wgrad":
+        return p.w_shape[-1], p.in_spatial, p.kernel, p.out_spatial
+    return p.batch, p.in_spatial, p.out_spatial, p.kernel
 
 
 def _rows_strip(p, programs: int, device) -> int:
@@ -475,30 +494,87 @@ def _rows_strip(p, programs: int, device) -> int:
     against 13.6 for 8 and 15.6 for 28), 28 of 112 at 128 (35.0 against 39.9 for 8 and 41.5
     for 56), 4 at 16 (7.3 against 8.0 for 8)."""
     strips = -(-3 * sm_count(device) // programs)
-    return -(-p.out_spatial[0] // strips)
+    return -(-_rows_shape(p)[2][0] // strips)
+
+
+def _rows_tiling(p, config: Config, device):
+    """(column tile, column tiles, strip, strips, channel blocks) of the rows kernel on ``p``."""
+    reason = rows_reason(p)
+    if reason:
+        raise ValueError(f"grouped: {reason}, not {p}")
+    batch, _, (HO, WO), _ = _rows_shape(p)
+    block_w = config.tile_w or _rows_block_w(p)
+    col_tiles, blocks = cdiv(WO, block_w), cdiv(p.groups, _blocks(p, config)[0])
+    strip = config.strip or _rows_strip(p, batch * col_tiles * blocks, device)
+    return block_w, col_tiles, strip, cdiv(HO, strip), blocks
 
 
 def _rows_launch(p, x, w, out, config: Config):
     """(kernel, grid, args, meta) of the rows kernel on these operand views."""
     from .grouped_kernels import grouped_rows_fwd_kernel
 
-    reason = rows_reason(p)
-    if reason:
-        raise ValueError(f"grouped: {reason}, not {p}")
+    block_w, col_tiles, strip, strips, blocks = _rows_tiling(p, config, x.device)
     _check_adjacent_groups(x)
     _check_adjacent_groups(out)
-    G = p.groups
     bg, bci, bco, even = _blocks(p, config)
-    (H, W), (HO, WO), (K1, K2) = p.in_spatial, p.out_spatial, p.kernel
-    block_w = config.tile_w or _rows_block_w(p)
-    col_tiles = cdiv(WO, block_w)
-    programs = p.batch * col_tiles * cdiv(G, bg)
-    strip = config.strip or _rows_strip(p, programs, x.device)
-    strips = cdiv(HO, strip)
+    _, (H, W), (HO, WO), (K1, K2) = _rows_shape(p)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    args = (x, w, out, G, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
+    args = (x, w, out, p.groups, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
             sx[0], sx[1], sx[2], sx[-1], sw[0], sw[1], sw[2], sw[3], sw[-1], sy[0], sy[1], sy[2], sy[-1])
     meta = dict(K1=K1, K2=K2, CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, EVEN=even,
                 FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, PRECISION=_precision(p),
                 UPCAST=INTERPRET, num_warps=config.num_warps, num_stages=config.num_stages)
-    return grouped_rows_fwd_kernel, (programs * strips,), args, meta
+    return grouped_rows_fwd_kernel, (p.batch * col_tiles * blocks * strips,), args, meta
+
+
+def _rows_workspace(p, config: Config, device) -> tuple[int, ...]:
+    """The rows weight gradient's float32 workspace: one partial sum per (image, column tile,
+    strip), each laid out as the result [G * O/G, K1, K2, C/G]."""
+    _, col_tiles, _, strips, _ = _rows_tiling(p, config, device)
+    return (_rows_shape(p)[0] * col_tiles * strips, *p.result_shape)
+
+
+def _rows_wgrad_launch(p, x, dy, ws, config: Config):
+    """(kernel, grid, args, meta) of the rows weight gradient on the natural grouped views
+    x [N, H, W, G, C/G] and dy [N, HO, WO, G, O/G] (p.wgrad_natural) into ``ws``."""
+    from .grouped_kernels import grouped_rows_wgrad_kernel
+
+    block_w, col_tiles, strip, strips, blocks = _rows_tiling(p, config, x.device)
+    _check_adjacent_groups(x)
+    _check_adjacent_groups(dy)
+    bg, bci, bco, even = _blocks(p, config)
+    batch, (H, W), (HO, WO), (K1, K2) = _rows_shape(p)
+    cg, og = group_channels(p)
+    sx, sd = x.stride(), dy.stride()
+    args = (x, dy, ws, p.groups, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
+            sx[0], sx[1], sx[2], sx[-1], sd[0], sd[1], sd[2], sd[-1])
+    meta = dict(K1=K1, K2=K2, TK=pow2_at_least(K1), TN=pow2_at_least(K2), CG=cg, OG=og, BG=bg, BCI=bci,
+                BCO=bco, EVEN=even, INT64=needs_int64(x, dy), BLOCK_W=block_w, PRECISION=_precision(p),
+                UPCAST=INTERPRET, num_warps=config.num_warps, num_stages=config.num_stages)
+    return grouped_rows_wgrad_kernel, (batch * col_tiles * strips * blocks,), args, meta
+
+
+def _run_rows_wgrad(p, x_t, dy_t, dw_t, config: Config):
+    """The rows weight gradient: each program's strip sums into its own workspace slice; the
+    slices are summed afterwards in a fixed order (deterministic)."""
+    x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)
+    ws = torch.empty(_rows_workspace(p, config, x.device), device=x.device, dtype=torch.float32)
+    _launch_now(_rows_wgrad_launch, p, x, dy, ws, config)
+    dw.copy_(ws.sum(0).view(dw.shape))
+
+
+def _prepared_rows_wgrad(p, config: Config):
+    """The rows weight gradient as a prepared call: its launch bound once (the natural x and dy
+    are the kernel's operands: their grouped views start at their first elements), the
+    workspace made per call and summed straight into the natural result's layout."""
+    a, b, out = (torch.empty(s, device="meta", dtype=p.dtype) for s in (*p.operand_shapes, p.result_shape))
+    x, dy, _, _ = p.wgrad_natural(*p.views(a, b, out))
+    shape, dtype = _rows_workspace(p, config, x.device), p.dtype
+    ws = torch.empty(shape, device="meta", dtype=torch.float32)
+    launch = BoundLaunch(*_rows_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
+
+    def call(x_nat, dy_nat):
+        ws = torch.empty(shape, device=x_nat.device, dtype=torch.float32)
+        launch(x_nat, dy_nat, ws)
+        return ws.sum(0).to(dtype)
+    return call

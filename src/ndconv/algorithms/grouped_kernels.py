@@ -165,6 +165,69 @@ def grouped_rows_fwd_kernel(
 
 
 @triton.jit
+def grouped_rows_wgrad_kernel(
+    x_ptr, dy_ptr, ws_ptr,
+    G, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
+    sxn, sx1, sx2, sxc,
+    sdn, sd1, sd2, sdo,
+    K1: tl.constexpr, K2: tl.constexpr, TK: tl.constexpr, TN: tl.constexpr,
+    CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
+    EVEN: tl.constexpr, INT64: tl.constexpr,
+    BLOCK_W: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """ws[chunk, g, o, t1, t2, c] = sum over the chunk's STRIP output rows r and BLOCK_W columns j
+    of dy[n, r, j, g, o] * x[n, r + t1 - LO1, j + t2 - LO2, g, c] (the weight gradient of a
+    stride-1 2-D convolution) for BG whole groups. Step u reads input row r0 + u - LO1 once, as
+    one tile [BLOCK_W, (t2, c)] of its TN >= K2 column taps, and the K1 dy rows r0 + u - t1 that
+    read it through kernel row t1, as one tile [BLOCK_W, (t1, o)] (rows of dy come from L2 K1
+    times): one tensor-core product [(t1, o), (t2, c)] per input row, both operands copied
+    asynchronously into the shared memory the product reads. Only the diagonal blocks (same
+    group, real taps) are stored; the chunks are summed afterwards in a fixed order."""
+    n_cb = tl.cdiv(G, BG)
+    pid = tl.program_id(0)
+    cb = pid % n_cb  # channel blocks fastest: the programs sharing input rows run together
+    chunk = pid // n_cb
+    ct = chunk % COL_TILES
+    rest = chunk // COL_TILES
+    r0 = rest % STRIPS * STRIP
+    n = rest // STRIPS
+    if INT64:
+        n = n.to(tl.int64)
+    cols = ct * BLOCK_W + tl.arange(0, BLOCK_W)
+    x_lane = tl.arange(0, TN * BCI)  # (column tap, input lane)
+    t2 = x_lane // BCI
+    gi = x_lane % BCI // CG
+    d_lane = tl.arange(0, TK * BCO)  # (kernel row, output lane)
+    t1 = d_lane // BCO
+    go = d_lane % BCO // OG
+    iw = cols[:, None] + t2[None, :] - LO2
+    mask_ci = t2 < K2
+    mask_co = t1 < K1
+    if not EVEN:  # lanes past the last group (EVEN: none; masks constant over a tap's lanes vectorise)
+        mask_ci = mask_ci & (gi < BG) & (cb * BG + gi < G)
+        mask_co = mask_co & (go < BG) & (cb * BG + go < G)
+    x_ok = (iw >= 0) & (iw < W) & mask_ci[None, :] & (cols < WO)[:, None]
+    d_ok = (cols < WO)[:, None] & mask_co[None, :]
+    x_tile = x_ptr + n * sxn + iw * sx2 + ((cb * (BG * CG) + x_lane % BCI) * sxc)[None, :]
+    d_tile = dy_ptr + n * sdn + (cols * sd2)[:, None] + ((cb * (BG * OG) + d_lane % BCO) * sdo - t1 * sd1)[None, :]
+    acc = tl.zeros((TK * BCO, TN * BCI), dtype=tl.float32)
+    end = tl.minimum(STRIP, HO - r0)
+    for u in range(end + K1 - 1):
+        r = r0 + u
+        if INT64:
+            r = r.to(tl.int64)
+        ih = r - LO1
+        a = tl.load(x_tile + ih * sx1, mask=x_ok & (ih >= 0) & (ih < H), other=0.0)
+        rows_in_strip = (u - t1 >= 0) & (u - t1 < end)  # dy row r - t1 belongs to this strip
+        d = tl.load(d_tile + r * sd1, mask=d_ok & rows_in_strip[None, :], other=0.0)
+        acc = dot(tl.trans(d), a, acc, PRECISION, UPCAST)
+    ws = ws_ptr + chunk.to(tl.int64) * G * OG * K1 * K2 * CG
+    offs = (((cb * BG + go) * OG + d_lane % BCO % OG) * K1 + t1)[:, None] * (K2 * CG) + (t2 * CG + x_lane % BCI % CG)[None, :]
+    mask = (go[:, None] == gi[None, :]) & mask_co[:, None] & mask_ci[None, :]
+    tl.store(ws + offs, acc, mask=mask)
+
+
+@triton.jit
 def _weight_diagonal(w_ptr, t0, cb, G, NTAPS, K2, K3, swg, swo, sw1, sw2, sw3, swc,
                      CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr,
                      BCI: tl.constexpr, BCO: tl.constexpr, TN: tl.constexpr, EVEN: tl.constexpr,
