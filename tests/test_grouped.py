@@ -105,15 +105,17 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
 
 def test_gpu_default_packs_through_pytorch():
     """On a GPU the rows kernel runs stride-1 2-D convolutions (all three passes) over rows wider
-    than 32 or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
+    than 32 (weight gradients: 16) or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
     the forward, 32 for the gradients, run by PyTorch's convolution (the input gradient through
     convolution_backward); groups that do not pack keep the direct kernel."""
     p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(p) == grouped.rows_config(p)  # wide rows: the rows kernel
     assert grouped.default_config(p.dgrad()) == grouped.rows_config(p.dgrad())
     assert grouped.default_config(p.wgrad()) == grouped.rows_config(p.wgrad())
-    narrow = replace(p, x_shape=(64, 28, 28, 128))  # 32-column rows: packing wins
-    assert grouped.default_config(narrow.wgrad()) == Config("packed", 8, packed_by="native")
+    narrow = replace(p, x_shape=(64, 28, 28, 128))  # 32-column rows: packing wins, but for weight gradients
+    assert grouped.default_config(narrow.wgrad()) == grouped.rows_config(narrow.wgrad())
+    assert grouped.default_config(replace(p, x_shape=(64, 14, 14, 128)).wgrad()) == Config("packed", 8,
+                                                                                            packed_by="native")
     assert grouped.default_config(narrow) == Config("packed", 4, packed_by="native")
     assert grouped.default_config(narrow.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
                                                             packed_by="native")

@@ -462,9 +462,10 @@ def rows_win(p) -> bool:
     (2026-12-01, GPU time, out/rows_wgrad_lib2.py) follows the same rule: 71.2 us against 93.6
     packed on ResNeXt's 4x4 groups at 56x56 (23.0 against 35.6 at batch 8; 8x8 groups 73.4
     against 80.7), 46.0 against 109.5 on RegNet's 8x8 at 112x112, 292 against the direct
-    kernel's 409 on RegNetX's 24-wide groups; at 28x28 a tie (47.4 against 48.7), at 14x14
-    packing (33.3 against 97.4)."""
-    wide = _rows_shape(p)[2][-1] > 32 or not _pack_factors(p)
+    kernel's 409 on RegNetX's 24-wide groups; at 28x28 a tie on the GPU (47.4 against 48.7)
+    that the host decides (35 us a call against the packed call's 101-112: the rows kernel's
+    weight gradient takes rows wider than 16); at 14x14 packing (33.3 against 97.4)."""
+    wide = _rows_shape(p)[2][-1] > (16 if p.pass_ == "wgrad" else 32) or not _pack_factors(p)
     return rows_reason(p) is None and wide and p.groups >= _default_block_g(p)  # a whole block of groups
 
 
