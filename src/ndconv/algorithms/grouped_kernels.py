@@ -104,6 +104,21 @@ def grouped_fwd_kernel(
 
 
 @triton.jit
+def _rows_program(G, BG: tl.constexpr, STRIP, STRIPS, COL_TILES, INT64: tl.constexpr, BLOCK_W: tl.constexpr):
+    """A rows-kernel program's (group block, chunk = (image, strip, column tile), image, first
+    output row, output columns). Group blocks vary fastest: the programs sharing input rows run
+    together."""
+    n_cb = tl.cdiv(G, BG)
+    pid = tl.program_id(0)
+    chunk = pid // n_cb
+    rest = chunk // COL_TILES
+    n = rest // STRIPS
+    if INT64:
+        n = n.to(tl.int64)
+    return pid % n_cb, chunk, n, rest % STRIPS * STRIP, chunk % COL_TILES * BLOCK_W + tl.arange(0, BLOCK_W)
+
+
+@triton.jit
 def grouped_rows_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
     G, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
@@ -122,17 +137,7 @@ def grouped_rows_fwd_kernel(
     output row r0 + u - k, through kernel row k); then output row r0 + u - (K1 - 1) is complete,
     is stored, and the accumulators roll down one row. The K1*K2 block-diagonal weights
     [BCI, BCO] stay in registers for the whole strip."""
-    n_cb = tl.cdiv(G, BG)
-    pid = tl.program_id(0)
-    cb = pid % n_cb  # channel blocks fastest: the programs sharing input rows run together
-    rest = pid // n_cb
-    ct = rest % COL_TILES
-    rest = rest // COL_TILES
-    r0 = rest % STRIPS * STRIP
-    n = rest // STRIPS
-    if INT64:
-        n = n.to(tl.int64)
-    cols = ct * BLOCK_W + tl.arange(0, BLOCK_W)
+    cb, _, n, r0, cols = _rows_program(G, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W)
     _, _, mask_ci = _channels(cb, G, CG, BG, BCI, EVEN)
     _, _, mask_co = _channels(cb, G, OG, BG, BCO, EVEN)
     x_tile = x_ptr + n * sxn + ((cb * (BG * CG) + tl.arange(0, BCI)) * sxc)[None, :]
@@ -183,17 +188,7 @@ def grouped_rows_wgrad_kernel(
     times): one tensor-core product [(t1, o), (t2, c)] per input row, both operands copied
     asynchronously into the shared memory the product reads. Only the diagonal blocks (same
     group, real taps) are stored; the chunks are summed afterwards in a fixed order."""
-    n_cb = tl.cdiv(G, BG)
-    pid = tl.program_id(0)
-    cb = pid % n_cb  # channel blocks fastest: the programs sharing input rows run together
-    chunk = pid // n_cb
-    ct = chunk % COL_TILES
-    rest = chunk // COL_TILES
-    r0 = rest % STRIPS * STRIP
-    n = rest // STRIPS
-    if INT64:
-        n = n.to(tl.int64)
-    cols = ct * BLOCK_W + tl.arange(0, BLOCK_W)
+    cb, chunk, n, r0, cols = _rows_program(G, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W)
     x_lane = tl.arange(0, TN * BCI)  # (column tap, input lane)
     t2 = x_lane // BCI
     gi = x_lane % BCI // CG
