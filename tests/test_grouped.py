@@ -104,21 +104,23 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
 
 
 def test_gpu_default_packs_through_pytorch():
-    """On a GPU the rows kernel runs stride-1 2-D convolutions (all three passes) over rows wider
-    than 32 (weight gradients: 16) or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
+    """On a GPU the rows kernel runs stride-1 2-D convolutions (all three passes) over rows at least
+    14 wide (weight gradients: wider than 16) or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
     the forward, 32 for the gradients, run by PyTorch's convolution (the input gradient through
     convolution_backward); groups that do not pack keep the direct kernel."""
     p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(p) == grouped.rows_config(p)  # wide rows: the rows kernel
     assert grouped.default_config(p.dgrad()) == grouped.rows_config(p.dgrad())
     assert grouped.default_config(p.wgrad()) == grouped.rows_config(p.wgrad())
-    narrow = replace(p, x_shape=(64, 28, 28, 128))  # 32-column rows: packing wins, but for weight gradients
-    assert grouped.default_config(narrow.wgrad()) == grouped.rows_config(narrow.wgrad())
-    assert grouped.default_config(replace(p, x_shape=(64, 14, 14, 128)).wgrad()) == Config("packed", 8,
-                                                                                            packed_by="native")
-    assert grouped.default_config(narrow) == Config("packed", 4, packed_by="native")
-    assert grouped.default_config(narrow.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
-                                                            packed_by="native")
+    narrow = replace(p, x_shape=(256, 14, 14, 128))  # 14-wide rows: four images a tile, but weight gradients pack
+    assert grouped.default_config(narrow) == grouped.rows_config(narrow)
+    assert grouped.rows_config(narrow).images == 4 and grouped.rows_config(p).images == 1
+    assert grouped.default_config(narrow.wgrad()) == Config("packed", 8, packed_by="native")
+    assert grouped.default_config(replace(p, x_shape=(64, 28, 28, 128)).wgrad()).kernel == "rows"
+    narrower = replace(p, x_shape=(1024, 7, 7, 128))  # 7-wide rows: packing
+    assert grouped.default_config(narrower) == Config("packed", 4, packed_by="native")
+    assert grouped.default_config(narrower.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
+                                                              packed_by="native")
     strided = replace(p, stride=(2, 2))
     assert grouped.default_config(strided) == Config("packed", 4, packed_by="native")
     regnet = make_problem((64, 28, 28, 168), (168, 3, 3, 24), padding=1, groups=7, dtype=torch.bfloat16,
@@ -148,6 +150,7 @@ ROWS_CONFIGS = {
     "default": None,  # grouped.rows_config(p): strips sized to the GPU, one 64-column tile
     "strips_of_2": 2,
     "narrow_tiles_2x_groups": Config("rows", block_g=8, tile_w=16, strip=3, num_stages=3),
+    "images_side_by_side": Config("rows", tile_w=8, images=4, strip=3, num_stages=3),  # a partial block of images
 }
 
 

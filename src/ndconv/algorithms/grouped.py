@@ -15,6 +15,7 @@ almost the whole tile. Two kernels and a packing, picked by the config:
   the accumulators of every output row that reads it, so an input element is loaded and
   staged for the tensor cores K2 times instead of K1 * K2. Its weight gradient multiplies each
   input row (all column taps in one tile) with the K1 dy rows that read it in one product.
+  Rows narrower than a tensor-core tile put several images' rows side by side in it.
 - ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
   zeros between groups make it the same convolution), run by implicit_gemm (or, with
   ``packed_by="native"``, by PyTorch's convolution: cuDNN's kernels for a few wide groups
@@ -77,6 +78,7 @@ class Config:
     tile_w: int = 0  # direct forward: positions along the last axis per 2-D tile (0: flat rows);
     # rows: output columns per program (0: the output row's width, 16 to 64)
     strip: int = 0  # rows: output rows per program (0: as many as leave the GPU full)
+    images: int = 0  # rows: images per program, their tile_w-column rows side by side (0: 1)
     num_warps: int = 4
     num_stages: int = 1  # direct: 1 keeps the tap loads plain (L1-cached), no cp.async pipeline
     programs_per_sm: int = 8  # direct weight gradient: row chunks sized to fill the GPU this much
@@ -215,7 +217,7 @@ def configs(p) -> list[Config]:
     if rows_reason(p) is None:  # the rows kernel: default strips, whole height, short strips, 2 stages
         height = _rows_shape(p)[2][0]
         out[1:1] = [rows_config(p), rows_config(p, height), rows_config(p, 8),
-                    replace(rows_config(p), num_stages=2)]
+                    replace(rows_config(p), num_stages=2), replace(rows_config(p), images=1)]
     # the packed problem through PyTorch's convolution, early (autotuning times the first configs)
     out[1:1] = [Config("packed", pack, packed_by="native") for pack in _native_packs(p)]
     if _pack_factors(p):
@@ -451,29 +453,34 @@ def rows_reason(p) -> str | None:
 
 def rows_win(p) -> bool:
     """Where the rows kernel is the GPU default. Measured on the H200 (bf16, 2026-12-01, GPU
-    time; out/rows_cases.py): it wins on output rows wider than 32 (ResNeXt's 4x4 groups at
+    time): it wins on output rows 56 wide and more (out/rows_cases.py: ResNeXt's 4x4 groups at
     56x56, batch 64: 60.8 / 60.7 us forward / input gradient against 80.8 / 74.8 packed through
     PyTorch; batch 8: 12.0 / 11.9 against 20.1; RegNet's 8x8 groups at 112x112: 35.0 / 34.8
-    against 185.8 / 59.4) and where groups do not pack (RegNetX's 7 groups of 24 at 28x28: 119.6
-    / 118.3 against the direct kernel's 229.5 / 239.6); packing wins narrower rows (ResNeXt's
-    8x8 groups at 28x28: 47.5 / 44.6 against 56.9 / 57.1; 16x16 at 14x14: 32.9 / 31.1 against
-    50.9 / 51.2), whose 16- and 32-column tiles keep the tensor cores short of work. Layers with
-    fewer groups than one block of 16 lanes (not measured) keep packing. The weight gradient
-    (2026-12-01, GPU time, out/rows_wgrad_lib2.py) follows the same rule: 71.2 us against 93.6
+    against 185.8 / 59.4), where groups do not pack (RegNetX's 7 groups of 24 at 28x28: 119.6 /
+    118.3 against the direct kernel's 229.5 / 239.6), and on narrower rows with several images
+    side by side in a tile (rows_config; out/rows_images.py: ResNeXt's 8x8 groups at 28x28, two
+    images: 32.9 / 33.0 against 47.3 / 45.0 packed, one image 56.8 / 57.0; 16x16 at 14x14, four
+    images: 19.4 / 19.3 against 33.7 / 31.4). Rows narrower than 14 (not measured) and layers
+    with fewer groups than one block of 16 lanes (not measured) keep packing.
+
+    The weight gradient (out/rows_wgrad_lib2.py, out/rows_images.py): 71.2 us against 93.6
     packed on ResNeXt's 4x4 groups at 56x56 (23.0 against 35.6 at batch 8; 8x8 groups 73.4
     against 80.7), 46.0 against 109.5 on RegNet's 8x8 at 112x112, 292 against the direct
-    kernel's 409 on RegNetX's 24-wide groups; at 28x28 a tie on the GPU (47.4 against 48.7)
-    that the host decides (35 us a call against the packed call's 101-112: the rows kernel's
-    weight gradient takes rows wider than 16); at 14x14 packing (33.3 against 97.4)."""
-    wide = _rows_shape(p)[2][-1] > (16 if p.pass_ == "wgrad" else 32) or not _pack_factors(p)
+    kernel's 409 on RegNetX's 24-wide groups; at 28x28 45.3 (two images) against 47.9 packed,
+    whose call also costs 101-112 us of host time against 35; at 14x14 packing (33.4 against
+    44.6 with four images): weight gradients take rows wider than 16."""
+    width = _rows_shape(p)[2][-1]
+    wide = (width > 16 if p.pass_ == "wgrad" else width >= 14) or not _pack_factors(p)
     return rows_reason(p) is None and wide and p.groups >= _default_block_g(p)  # a whole block of groups
 
 
 def rows_config(p, strip: int = 0) -> Config:
     """The rows kernel's default: the fewest whole groups that fill 16 lanes, the output row in
-    one tile of up to 64 columns, 4 warps, 3 stages (the pipeliner copies the next input tiles
-    while the tensor cores run)."""
-    return Config("rows", block_g=_default_block_g(p), tile_w=_rows_block_w(p), strip=strip, num_stages=3)
+    one tile of up to 64 columns and as many images side by side as fill 64 lanes, 4 warps, 3
+    stages (the pipeliner copies the next input tiles while the tensor cores run)."""
+    tile_w = _rows_block_w(p)
+    images = min(64 // tile_w, pow2_at_least(_rows_shape(p)[0]))
+    return Config("rows", block_g=_default_block_g(p), tile_w=tile_w, strip=strip, images=images, num_stages=3)
 
 
 def _rows_block_w(p) -> int:
@@ -499,40 +506,43 @@ def _rows_strip(p, programs: int, device) -> int:
 
 
 def _rows_tiling(p, config: Config, device):
-    """(column tile, column tiles, strip, strips, channel blocks) of the rows kernel on ``p``."""
+    """(lanes, images per program, column tiles, strip, strips, programs per strip) of the rows
+    kernel on ``p``: a program's lanes are its images' output columns side by side."""
     reason = rows_reason(p)
     if reason:
         raise ValueError(f"grouped: {reason}, not {p}")
     batch, _, (HO, WO), _ = _rows_shape(p)
-    block_w = config.tile_w or _rows_block_w(p)
-    col_tiles, blocks = cdiv(WO, block_w), cdiv(p.groups, _blocks(p, config)[0])
-    strip = config.strip or _rows_strip(p, batch * col_tiles * blocks, device)
-    return block_w, col_tiles, strip, cdiv(HO, strip), blocks
+    tile_w, images = config.tile_w or _rows_block_w(p), config.images or 1
+    col_tiles = cdiv(WO, tile_w)
+    programs = cdiv(batch, images) * col_tiles * cdiv(p.groups, _blocks(p, config)[0])
+    strip = config.strip or _rows_strip(p, programs, device)
+    return tile_w * images, images, col_tiles, strip, cdiv(HO, strip), programs
 
 
 def _rows_launch(p, x, w, out, config: Config):
     """(kernel, grid, args, meta) of the rows kernel on these operand views."""
     from .grouped_kernels import grouped_rows_fwd_kernel
 
-    block_w, col_tiles, strip, strips, blocks = _rows_tiling(p, config, x.device)
+    block_w, images, col_tiles, strip, strips, programs = _rows_tiling(p, config, x.device)
     _check_adjacent_groups(x)
     _check_adjacent_groups(out)
     bg, bci, bco, even = _blocks(p, config)
     _, (H, W), (HO, WO), (K1, K2) = _rows_shape(p)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    args = (x, w, out, p.groups, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
+    args = (x, w, out, p.groups, p.batch, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
             sx[0], sx[1], sx[2], sx[-1], sw[0], sw[1], sw[2], sw[3], sw[-1], sy[0], sy[1], sy[2], sy[-1])
     meta = dict(K1=K1, K2=K2, CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, EVEN=even,
-                FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, PRECISION=_precision(p),
-                UPCAST=INTERPRET, num_warps=config.num_warps, num_stages=config.num_stages)
-    return grouped_rows_fwd_kernel, (p.batch * col_tiles * blocks * strips,), args, meta
+                FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, IMGS=images,
+                PRECISION=_precision(p), UPCAST=INTERPRET, num_warps=config.num_warps,
+                num_stages=config.num_stages)
+    return grouped_rows_fwd_kernel, (programs * strips,), args, meta
 
 
 def _rows_workspace(p, config: Config, device) -> tuple[int, ...]:
-    """The rows weight gradient's float32 workspace: one partial sum per (image, column tile,
+    """The rows weight gradient's float32 workspace: one partial sum per (images, column tile,
     strip), each laid out as the result [G * O/G, K1, K2, C/G]."""
-    _, col_tiles, _, strips, _ = _rows_tiling(p, config, device)
-    return (_rows_shape(p)[0] * col_tiles * strips, *p.result_shape)
+    _, images, col_tiles, _, strips, _ = _rows_tiling(p, config, device)
+    return (cdiv(_rows_shape(p)[0], images) * col_tiles * strips, *p.result_shape)
 
 
 def _rows_wgrad_launch(p, x, dy, ws, config: Config):
@@ -540,19 +550,20 @@ def _rows_wgrad_launch(p, x, dy, ws, config: Config):
     x [N, H, W, G, C/G] and dy [N, HO, WO, G, O/G] (p.wgrad_natural) into ``ws``."""
     from .grouped_kernels import grouped_rows_wgrad_kernel
 
-    block_w, col_tiles, strip, strips, blocks = _rows_tiling(p, config, x.device)
+    block_w, images, col_tiles, strip, strips, programs = _rows_tiling(p, config, x.device)
     _check_adjacent_groups(x)
     _check_adjacent_groups(dy)
     bg, bci, bco, even = _blocks(p, config)
     batch, (H, W), (HO, WO), (K1, K2) = _rows_shape(p)
     cg, og = group_channels(p)
     sx, sd = x.stride(), dy.stride()
-    args = (x, dy, ws, p.groups, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
+    args = (x, dy, ws, p.groups, batch, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
             sx[0], sx[1], sx[2], sx[-1], sd[0], sd[1], sd[2], sd[-1])
     meta = dict(K1=K1, K2=K2, TK=pow2_at_least(K1), TN=pow2_at_least(K2), CG=cg, OG=og, BG=bg, BCI=bci,
-                BCO=bco, EVEN=even, INT64=needs_int64(x, dy), BLOCK_W=block_w, PRECISION=_precision(p),
-                UPCAST=INTERPRET, num_warps=config.num_warps, num_stages=config.num_stages)
-    return grouped_rows_wgrad_kernel, (batch * col_tiles * strips * blocks,), args, meta
+                BCO=bco, EVEN=even, INT64=needs_int64(x, dy), BLOCK_W=block_w, IMGS=images,
+                PRECISION=_precision(p), UPCAST=INTERPRET, num_warps=config.num_warps,
+                num_stages=config.num_stages)
+    return grouped_rows_wgrad_kernel, (programs * strips,), args, meta
 
 
 def _run_rows_wgrad(p, x_t, dy_t, dw_t, config: Config):

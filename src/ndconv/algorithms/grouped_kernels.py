@@ -104,45 +104,50 @@ def grouped_fwd_kernel(
 
 
 @triton.jit
-def _rows_program(G, BG: tl.constexpr, STRIP, STRIPS, COL_TILES, INT64: tl.constexpr, BLOCK_W: tl.constexpr):
-    """A rows-kernel program's (group block, chunk = (image, strip, column tile), image, first
-    output row, output columns). Group blocks vary fastest: the programs sharing input rows run
-    together."""
+def _rows_program(G, N, BG: tl.constexpr, STRIP, STRIPS, COL_TILES, INT64: tl.constexpr,
+                  BLOCK_W: tl.constexpr, IMGS: tl.constexpr):
+    """A rows-kernel program's (group block, chunk = (images, strip, column tile), first output
+    row, and per lane: image, output column, lane in range). Its BLOCK_W lanes are IMGS images
+    times BLOCK_W / IMGS columns (narrow rows of several images fill one tensor-core tile).
+    Group blocks vary fastest: the programs sharing input rows run together."""
     n_cb = tl.cdiv(G, BG)
     pid = tl.program_id(0)
     chunk = pid // n_cb
     rest = chunk // COL_TILES
-    n = rest // STRIPS
+    lane = tl.arange(0, BLOCK_W)
+    n = rest // STRIPS * IMGS + lane // (BLOCK_W // IMGS)
+    cols = chunk % COL_TILES * (BLOCK_W // IMGS) + lane % (BLOCK_W // IMGS)
     if INT64:
         n = n.to(tl.int64)
-    return pid % n_cb, chunk, n, rest % STRIPS * STRIP, chunk % COL_TILES * BLOCK_W + tl.arange(0, BLOCK_W)
+    return pid % n_cb, chunk, rest % STRIPS * STRIP, n, cols, n < N
 
 
 @triton.jit
 def grouped_rows_fwd_kernel(
     x_ptr, w_ptr, y_ptr,
-    G, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
+    G, N, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
     sxn, sx1, sx2, sxc,
     swg, swo, sw1, sw2, swc,
     syn, sy1, sy2, syo,
     K1: tl.constexpr, K2: tl.constexpr,
     CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
     EVEN: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
-    BLOCK_W: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_W: tl.constexpr, IMGS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """y[n, i, j, g, o] = sum_{t1, t2, c < CG} x[n, i + t1 - LO1, j + t2 - LO2, g, c] * w[g, o, t1, t2, c]
-    (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W columns and BG whole groups.
+    (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W (image, column) lanes and BG
+    whole groups.
     Step u reads input row r0 + u - LO1: its K2 column-shifted tiles [BLOCK_W, BCI] are loaded once
     each and multiplied into the K1 accumulators of the output rows that read them (acc[k] holds
     output row r0 + u - k, through kernel row k); then output row r0 + u - (K1 - 1) is complete,
     is stored, and the accumulators roll down one row. The K1*K2 block-diagonal weights
     [BCI, BCO] stay in registers for the whole strip."""
-    cb, _, n, r0, cols = _rows_program(G, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W)
+    cb, _, r0, n, cols, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
     _, _, mask_ci = _channels(cb, G, CG, BG, BCI, EVEN)
     _, _, mask_co = _channels(cb, G, OG, BG, BCO, EVEN)
-    x_tile = x_ptr + n * sxn + ((cb * (BG * CG) + tl.arange(0, BCI)) * sxc)[None, :]
-    y_tile = y_ptr + n * syn + (cols * sy2)[:, None] + ((cb * (BG * OG) + tl.arange(0, BCO)) * syo)[None, :]
-    y_mask = (cols < WO)[:, None] & mask_co[None, :]
+    x_tile = x_ptr + ((cb * (BG * CG) + tl.arange(0, BCI)) * sxc)[None, :]
+    y_tile = y_ptr + (n * syn + cols * sy2)[:, None] + ((cb * (BG * OG) + tl.arange(0, BCO)) * syo)[None, :]
+    y_mask = (ok_n & (cols < WO))[:, None] & mask_co[None, :]
     weights = ()
     for t in tl.static_range(K1 * K2):  # the tap (t // K2, t % K2) in read order
         weights = weights + (_weight_diagonal(w_ptr, t, cb, G, K1 * K2, K1, K2, swg, swo, 0, sw1, sw2, swc,
@@ -154,12 +159,12 @@ def grouped_rows_fwd_kernel(
         ih = r0 + u - LO1
         if INT64:
             ih = ih.to(tl.int64)
-        row = x_tile + ih * sx1
-        ok_row = (ih >= 0) & (ih < H)
+        row = n * sxn + ih * sx1
+        ok_row = ok_n & (ih >= 0) & (ih < H)
         for t2 in tl.static_range(K2):
             iw = cols + t2 - LO2
             ok = ((iw >= 0) & (iw < W) & ok_row)[:, None] & mask_ci[None, :]
-            a = tl.load(row + (iw * sx2)[:, None], mask=ok, other=0.0)
+            a = tl.load(x_tile + (row + iw * sx2)[:, None], mask=ok, other=0.0)
             rolled = ()
             for k in tl.static_range(K1):
                 rolled = rolled + (dot(a, weights[k * K2 + t2], accs[k], PRECISION, UPCAST),)
@@ -172,23 +177,23 @@ def grouped_rows_fwd_kernel(
 @triton.jit
 def grouped_rows_wgrad_kernel(
     x_ptr, dy_ptr, ws_ptr,
-    G, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
+    G, N, H, W, HO, WO, LO1, LO2, STRIP, STRIPS, COL_TILES,
     sxn, sx1, sx2, sxc,
     sdn, sd1, sd2, sdo,
     K1: tl.constexpr, K2: tl.constexpr, TK: tl.constexpr, TN: tl.constexpr,
     CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
     EVEN: tl.constexpr, INT64: tl.constexpr,
-    BLOCK_W: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_W: tl.constexpr, IMGS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """ws[chunk, g, o, t1, t2, c] = sum over the chunk's STRIP output rows r and BLOCK_W columns j
     of dy[n, r, j, g, o] * x[n, r + t1 - LO1, j + t2 - LO2, g, c] (the weight gradient of a
-    stride-1 2-D convolution) for BG whole groups. Step u reads input row r0 + u - LO1 once, as
+    stride-1 2-D convolution; BLOCK_W lanes of (image, column)) for BG whole groups. Step u reads input row r0 + u - LO1 once, as
     one tile [BLOCK_W, (t2, c)] of its TN >= K2 column taps, and the K1 dy rows r0 + u - t1 that
     read it through kernel row t1, as one tile [BLOCK_W, (t1, o)] (rows of dy come from L2 K1
     times): one tensor-core product [(t1, o), (t2, c)] per input row, both operands copied
     asynchronously into the shared memory the product reads. Only the diagonal blocks (same
     group, real taps) are stored; the chunks are summed afterwards in a fixed order."""
-    cb, chunk, n, r0, cols = _rows_program(G, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W)
+    cb, chunk, r0, n, cols, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
     x_lane = tl.arange(0, TN * BCI)  # (column tap, input lane)
     t2 = x_lane // BCI
     gi = x_lane % BCI // CG
@@ -201,10 +206,10 @@ def grouped_rows_wgrad_kernel(
     if not EVEN:  # lanes past the last group (EVEN: none; masks constant over a tap's lanes vectorise)
         mask_ci = mask_ci & (gi < BG) & (cb * BG + gi < G)
         mask_co = mask_co & (go < BG) & (cb * BG + go < G)
-    x_ok = (iw >= 0) & (iw < W) & mask_ci[None, :] & (cols < WO)[:, None]
-    d_ok = (cols < WO)[:, None] & mask_co[None, :]
-    x_tile = x_ptr + n * sxn + iw * sx2 + ((cb * (BG * CG) + x_lane % BCI) * sxc)[None, :]
-    d_tile = dy_ptr + n * sdn + (cols * sd2)[:, None] + ((cb * (BG * OG) + d_lane % BCO) * sdo - t1 * sd1)[None, :]
+    x_ok = (iw >= 0) & (iw < W) & mask_ci[None, :] & (ok_n & (cols < WO))[:, None]
+    d_ok = (ok_n & (cols < WO))[:, None] & mask_co[None, :]
+    x_tile = x_ptr + (n * sxn)[:, None] + iw * sx2 + ((cb * (BG * CG) + x_lane % BCI) * sxc)[None, :]
+    d_tile = dy_ptr + (n * sdn + cols * sd2)[:, None] + ((cb * (BG * OG) + d_lane % BCO) * sdo - t1 * sd1)[None, :]
     acc = tl.zeros((TK * BCO, TN * BCI), dtype=tl.float32)
     end = tl.minimum(STRIP, HO - r0)
     for u in range(end + K1 - 1):
