@@ -312,9 +312,11 @@ def _measured_first(p: ConvProblem) -> str | None:
     2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
     not 1x1 ones, 108 against 109 and 73 against 69, nor r50's at 14x14, 55 against 44); and
     strided problems the TMA kernel does not take. Small groups run on grouped's rows kernel
-    where it wins (grouped.rows_win: stride-1 2-D convolutions over rows wider than 32 or groups
-    that do not pack; grouped3x3_g32 60.8 / 60.7 / 71 us against PyTorch's 95-97 / 108-109 /
-    140), else, where they pack, as fewer, wider groups through PyTorch's convolution.
+    where it wins (grouped.rows_win: stride-1 2-D convolutions over rows at least 14 wide,
+    weight gradients wider than 16, or groups that do not pack; grouped3x3_g32 60.8 / 60.7 / 71
+    us against PyTorch's 95-97 / 108-109 / 140; ResNeXt's 8x8 groups at 28x28 32.4 / 32.7
+    against 53.9 / 60.2), else, where they pack, as fewer, wider groups through PyTorch's
+    convolution.
 
     The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps or more in half
     precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13 0.32 against
