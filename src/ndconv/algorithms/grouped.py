@@ -579,8 +579,7 @@ def _prepared_rows_wgrad(p, config: Config):
     """The rows weight gradient as a prepared call: its launch bound once (the natural x and dy
     are the kernel's operands: their grouped views start at their first elements), the
     workspace made per call and summed straight into the natural result's layout."""
-    a, b, out = (torch.empty(s, device="meta", dtype=p.dtype) for s in (*p.operand_shapes, p.result_shape))
-    x, dy, _, _ = p.wgrad_natural(*p.views(a, b, out))
+    x, dy, _, _ = p.wgrad_natural(*meta_views(p))
     shape, dtype = _rows_workspace(p, config, x.device), p.dtype
     ws = torch.empty(shape, device="meta", dtype=torch.float32)
     launch = BoundLaunch(*_rows_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))

@@ -136,8 +136,7 @@ def grouped_rows_fwd_kernel(
 ):
     """y[n, i, j, g, o] = sum_{t1, t2, c < CG} x[n, i + t1 - LO1, j + t2 - LO2, g, c] * w[g, o, t1, t2, c]
     (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W (image, column) lanes and BG
-    whole groups.
-    Step u reads input row r0 + u - LO1: its K2 column-shifted tiles [BLOCK_W, BCI] are loaded once
+    whole groups. Step u reads input row r0 + u - LO1: its K2 column-shifted tiles [BLOCK_W, BCI] are loaded once
     each and multiplied into the K1 accumulators of the output rows that read them (acc[k] holds
     output row r0 + u - k, through kernel row k); then output row r0 + u - (K1 - 1) is complete,
     is stored, and the accumulators roll down one row. The K1*K2 block-diagonal weights
@@ -187,12 +186,13 @@ def grouped_rows_wgrad_kernel(
 ):
     """ws[chunk, g, o, t1, t2, c] = sum over the chunk's STRIP output rows r and BLOCK_W columns j
     of dy[n, r, j, g, o] * x[n, r + t1 - LO1, j + t2 - LO2, g, c] (the weight gradient of a
-    stride-1 2-D convolution; BLOCK_W lanes of (image, column)) for BG whole groups. Step u reads input row r0 + u - LO1 once, as
-    one tile [BLOCK_W, (t2, c)] of its TN >= K2 column taps, and the K1 dy rows r0 + u - t1 that
-    read it through kernel row t1, as one tile [BLOCK_W, (t1, o)] (rows of dy come from L2 K1
-    times): one tensor-core product [(t1, o), (t2, c)] per input row, both operands copied
-    asynchronously into the shared memory the product reads. Only the diagonal blocks (same
-    group, real taps) are stored; the chunks are summed afterwards in a fixed order."""
+    stride-1 2-D convolution; BLOCK_W lanes of (image, column)) for BG whole groups. Step u
+    reads input row r0 + u - LO1 once, as one tile [BLOCK_W, (t2, c)] of its TN >= K2 column
+    taps, and the K1 dy rows r0 + u - t1 that read it through kernel row t1, as one tile
+    [BLOCK_W, (t1, o)] (rows of dy come from L2 K1 times): one tensor-core product
+    [(t1, o), (t2, c)] per input row, both operands copied asynchronously into the shared memory
+    the product reads. Only the diagonal blocks (same group, real taps) are stored; the chunks
+    are summed afterwards in a fixed order."""
     cb, chunk, r0, n, cols, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
     x_lane = tl.arange(0, TN * BCI)  # (column tap, input lane)
     t2 = x_lane // BCI
@@ -206,8 +206,9 @@ def grouped_rows_wgrad_kernel(
     if not EVEN:  # lanes past the last group (EVEN: none; masks constant over a tap's lanes vectorise)
         mask_ci = mask_ci & (gi < BG) & (cb * BG + gi < G)
         mask_co = mask_co & (go < BG) & (cb * BG + go < G)
-    x_ok = (iw >= 0) & (iw < W) & mask_ci[None, :] & (ok_n & (cols < WO))[:, None]
-    d_ok = (ok_n & (cols < WO))[:, None] & mask_co[None, :]
+    ok_lane = (ok_n & (cols < WO))[:, None]
+    x_ok = (iw >= 0) & (iw < W) & mask_ci[None, :] & ok_lane
+    d_ok = ok_lane & mask_co[None, :]
     x_tile = x_ptr + (n * sxn)[:, None] + iw * sx2 + ((cb * (BG * CG) + x_lane % BCI) * sxc)[None, :]
     d_tile = dy_ptr + (n * sdn + cols * sd2)[:, None] + ((cb * (BG * OG) + d_lane % BCO) * sdo - t1 * sd1)[None, :]
     acc = tl.zeros((TK * BCO, TN * BCI), dtype=tl.float32)
