@@ -104,28 +104,38 @@ def test_default_config_packs_fwd_and_dgrad_runs_wgrad_direct():
 
 
 def test_gpu_default_packs_through_pytorch():
-    """On a GPU the rows kernel runs stride-1 2-D convolutions (all three passes) over rows at least
-    14 wide (weight gradients: wider than 16) or of groups that do not pack; elsewhere groups that pack become 16 channels wide for
-    the forward, 32 for the gradients, run by PyTorch's convolution (the input gradient through
-    convolution_backward); groups that do not pack keep the direct kernel."""
+    """On a GPU the rows kernel runs stride-1 2-D forwards and input gradients (but tiny input
+    gradients of rows under 14 wide) and the weight gradients of whole lanes of groups over rows
+    at least 14 wide (groups up to 8 wide) or 56 (16 wide); elsewhere groups that pack become 16
+    channels wide for the forward, 32 for the gradients, run by PyTorch's convolution (the input
+    gradient through convolution_backward); groups that do not pack keep the direct kernel."""
     p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(p) == grouped.rows_config(p)  # wide rows: the rows kernel
     assert grouped.default_config(p.dgrad()) == grouped.rows_config(p.dgrad())
     assert grouped.default_config(p.wgrad()) == grouped.rows_config(p.wgrad())
-    narrow = replace(p, x_shape=(256, 14, 14, 128))  # 14-wide rows: four images a tile, but weight gradients pack
+    narrow = replace(p, x_shape=(256, 14, 14, 128))  # 14-wide rows: four images a tile
     assert grouped.default_config(narrow) == grouped.rows_config(narrow)
     assert grouped.rows_config(narrow).images == 4 and grouped.rows_config(p).images == 1
-    assert grouped.default_config(narrow.wgrad()) == Config("packed", 8, packed_by="native")
+    assert grouped.default_config(narrow.wgrad()) == grouped.rows_config(narrow.wgrad())
     assert grouped.default_config(replace(p, x_shape=(64, 28, 28, 128)).wgrad()).kernel == "rows"
-    narrower = replace(p, x_shape=(1024, 7, 7, 128))  # 7-wide rows: packing
-    assert grouped.default_config(narrower) == Config("packed", 4, packed_by="native")
-    assert grouped.default_config(narrower.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
-                                                              packed_by="native")
+    sixteen = make_problem((64, 28, 28, 512), (512, 3, 3, 16), padding=1, groups=32, dtype=torch.bfloat16,
+                           device="cuda")  # 16-wide groups: weight gradients on rows from 56 columns
+    assert grouped.default_config(sixteen.wgrad()).packed_by == "native"
+    assert grouped.default_config(replace(sixteen, x_shape=(64, 56, 56, 512)).wgrad()).kernel == "rows"
+    narrower = replace(p, x_shape=(1024, 7, 7, 128))  # 7-wide rows: forwards and input gradients too
+    assert grouped.default_config(narrower) == grouped.rows_config(narrower)
+    assert grouped.default_config(narrower.dgrad()) == grouped.rows_config(narrower.dgrad())
+    tiny_rows = replace(p, x_shape=(2, 7, 7, 128))  # tiny: the input gradient pairs with the weight's
+    assert grouped.default_config(tiny_rows) == grouped.rows_config(tiny_rows)
+    assert grouped.default_config(tiny_rows.dgrad()) == Config("packed", 8, native.BACKWARD + "conv",
+                                                               packed_by="native")
     strided = replace(p, stride=(2, 2))
     assert grouped.default_config(strided) == Config("packed", 4, packed_by="native")
     regnet = make_problem((64, 28, 28, 168), (168, 3, 3, 24), padding=1, groups=7, dtype=torch.bfloat16,
                           device="cuda")
     assert grouped.default_config(regnet) == grouped.rows_config(regnet)  # groups that do not pack
+    assert grouped.lanes_padded(regnet.wgrad()) and not grouped.lanes_padded(p.wgrad())
+    assert grouped.default_config(regnet.wgrad()).kernel == "direct"  # 24 wide: lanes padded to 32
     assert grouped.default_config(replace(regnet, stride=(2, 2))).kernel == "direct"
     narrow = make_problem((256, 56, 56, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(narrow) == Config("packed", 3, packed_by="native")  # 6 wide: all three

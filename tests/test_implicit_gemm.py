@@ -118,11 +118,26 @@ def test_gpu_defaults(monkeypatch):
                          (tiny_grouped, "grouped"), (tiny_grouped.dgrad(), "native"),
                          (tiny_grouped.wgrad(), "native")):
         assert planner._choose(q).name == algorithm, (q, planner._choose(q).reason)
-    assert planner._choose(tiny_grouped).config.kernel == "direct" and grouped.host_bound(tiny_grouped)
+    assert planner._choose(tiny_grouped).config.kernel == "rows" and grouped.host_bound(tiny_grouped)
     assert all(planner._choose(q).reason.startswith("host-bound") for q in (tiny, tiny_grouped))
     batch_one = cases["grouped3x3_g32"].problem("cuda")  # at batch 1 too: 0.4 us at its floor
     batch_one = replace(batch_one, x_shape=(1, *batch_one.x_shape[1:]))
     assert grouped.host_bound(batch_one) and not grouped.host_bound(replace(batch_one, x_shape=(8, 56, 56, 128)))
+    # small groups' weight gradients outside the rows kernel (tools/grouped_planner.py): PyTorch's
+    # grouped convolution, but implicit_gemm's where the groups' lanes would be padded (24 wide)
+    def regnet(x_shape, groups):
+        C = x_shape[-1]
+        return make_problem(x_shape, (C, 3, 3, C // groups), padding=1, groups=groups, dtype=torch.bfloat16,
+                            device="cuda")
+
+    for x_shape, groups, algorithm, kernel in (
+            ((64, 28, 28, 168), 7, "implicit_gemm", None), ((64, 7, 7, 912), 38, "implicit_gemm", None),
+            ((64, 28, 28, 128), 8, "native", None), ((64, 56, 56, 32), 2, "grouped", "rows"),
+            ((64, 14, 14, 208), 26, "grouped", "rows"), ((64, 28, 28, 104), 13, "grouped", "rows")):
+        chosen = planner._choose(regnet(x_shape, groups).wgrad())
+        assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (x_shape, chosen.reason)
+    narrow_rows = regnet((64, 7, 7, 912), 38)  # 7-wide rows, 24-wide groups: the rows kernel
+    assert all(planner._choose(q).config.kernel == "rows" for q in (narrow_rows, narrow_rows.dgrad()))
     # strided weight gradients: PyTorch's with symmetric padding (native._high_padding), though the
     # TMA kernel takes them too (1x1: over a strided view of x, 43 against 50 us at 56x56)
     shortcut = cases["r50_1x1s2_down"].problem("cuda").wgrad()

@@ -312,11 +312,15 @@ def _measured_first(p: ConvProblem) -> str | None:
     2x2 downsampling 53 against 59 and 32 against 43, a Whisper-style conv1d 162 against 177;
     not 1x1 ones, 108 against 109 and 73 against 69, nor r50's at 14x14, 55 against 44); and
     strided problems the TMA kernel does not take. Small groups run on grouped's rows kernel
-    where it wins (grouped.rows_win: stride-1 2-D convolutions over rows at least 14 wide,
-    weight gradients wider than 16, or groups that do not pack; grouped3x3_g32 60.8 / 60.7 / 71
-    us against PyTorch's 95-97 / 108-109 / 140; ResNeXt's 8x8 groups at 28x28 32.4 / 32.7
-    against 53.9 / 60.2), else, where they pack, as fewer, wider groups through PyTorch's
-    convolution.
+    where it wins (grouped.rows_win: stride-1 2-D forwards and input gradients, weight
+    gradients of groups a power of two wide over rows at least 14 wide (groups up to 8 wide)
+    or 56 (16 wide); grouped3x3_g32 60.8 / 60.7 / 71 us against PyTorch's 95-97 / 108-109 /
+    140; ResNeXt's 8x8 groups at 28x28 32.4 / 32.7 against 53.9 / 60.2); the other stride-1
+    2-D weight gradients on PyTorch's grouped convolution (16-wide groups at 28x28 and below:
+    13.9-51.9 us against the rows kernel's 40.2-60.1), but those of groups padded to wider
+    lanes (24 wide) on implicit_gemm's (RegNet's: 40-147 us against PyTorch's 105-369 and the
+    rows kernel's 413-1331; tools/grouped_planner.py, docs/PERFORMANCE.md's twenty-sixth
+    session); else, where they pack, as fewer, wider groups through PyTorch's convolution.
 
     The banded tensor-core GEMM (toeplitz) wins depthwise kernels of 64 taps or more in half
     precision (or TF32): dw31x31_56 0.33 ms against depthwise's 1.56, dw13x13 0.32 against
@@ -350,10 +354,14 @@ def _measured_first(p: ConvProblem) -> str | None:
     if p.device != "cuda" or not implicit_gemm.supports(p)[0]:  # no Triton kernel runs here
         return None
     if grouped.supports(p)[0] and not depthwise.supports(p)[0]:  # packed through cuDNN, unless tiny
-        if grouped.host_bound(p):  # the direct kernel's bound launch
+        if grouped.host_bound(p):  # the rows or direct kernel's bound launch
             return None
         config = grouped.default_config(p)
-        ours = config.kernel == "rows" or (config.packed_by == "native" and not _host_bound(p))
+        if config.kernel == "rows":
+            return None
+        if p.pass_ == "wgrad" and grouped.rows_reason(p) is None:  # outside the rows kernel's wins
+            return "implicit_gemm" if grouped.lanes_padded(p) else "native"
+        ours = config.packed_by == "native" and not _host_bound(p)
         return None if ours else "native"
     if p.pass_ == "wgrad":
         if p.ndim == 1 and depthwise.supports(p)[0]:

@@ -149,8 +149,8 @@ def packed_problem(p, pack: int):
 def default_config(p) -> Config:
     """Measured on the H200 (bf16, tools/grouped_sweep.py): on a GPU, the rows kernel where it
     wins (rows_win), else wherever the groups pack the packed problem through PyTorch's
-    convolution (_native_default), but for forwards the host would wait on (host_bound), whose
-    direct kernel is issued fastest; elsewhere (the interpreter) the packed GEMM
+    convolution (_native_default), but for other forwards the host would wait on (host_bound),
+    whose direct kernel is issued fastest; elsewhere (the interpreter) the packed GEMM
     for the forward pass and input gradient wherever the groups pack, the direct kernel for
     weight gradients and groups that do not pack.
 
@@ -163,10 +163,10 @@ def default_config(p) -> Config:
     against 539.1 / 485.7 in flat rows of 128 (PyTorch 155.7 / 244.4); its weight gradient
     402.4 us at the default, the one shape measured in time."""
     direct = Config(block_g=_default_block_g(p), block_p=128, tile_w=8 if p.ndim > 1 else 0)
-    if host_bound(p):
-        return direct
     if p.device == "cuda" and rows_win(p):
         return rows_config(p)
+    if host_bound(p):
+        return direct
     if p.device == "cuda" and _pack_factors(p):
         return _native_default(p)
     if p.pass_ == "wgrad":
@@ -175,11 +175,16 @@ def default_config(p) -> Config:
 
 
 def host_bound(p) -> bool:
-    """A forward on a GPU so small that the host's time to issue it is what a call costs: even at
-    8x its roofline floor (the direct kernel's worst measured) the GPU is done before the next
-    call is issued. The direct kernel's one bound launch is issued fastest: 21-23 us a call
-    against 28-32 for PyTorch's grouped convolution through ndconv (H200 machine, tiny bf16)."""
-    return p.device == "cuda" and p.pass_ == "fwd" and 8 * p.h200_floor_s < HOST_BOUND_S
+    """A forward whose host time is what a call costs (_tiny). The direct and rows kernels' one
+    bound launch is issued fastest: 21-23 us a call against 28-32 for PyTorch's grouped
+    convolution through ndconv (H200 machine, tiny bf16)."""
+    return p.pass_ == "fwd" and _tiny(p)
+
+
+def _tiny(p) -> bool:
+    """A pass on a GPU so small that even at 8x its roofline floor (the direct kernel's worst
+    measured) the GPU is done before the next call is issued."""
+    return p.device == "cuda" and 8 * p.h200_floor_s < HOST_BOUND_S
 
 
 def _native_default(p) -> Config:
@@ -452,26 +457,43 @@ def rows_reason(p) -> str | None:
 
 
 def rows_win(p) -> bool:
-    """Where the rows kernel is the GPU default. Measured on the H200 (bf16, 2026-12-01, GPU
-    time): it wins on output rows 56 wide and more (out/rows_cases.py: ResNeXt's 4x4 groups at
-    56x56, batch 64: 60.8 / 60.7 us forward / input gradient against 80.8 / 74.8 packed through
-    PyTorch; batch 8: 12.0 / 11.9 against 20.1; RegNet's 8x8 groups at 112x112: 35.0 / 34.8
-    against 185.8 / 59.4), where groups do not pack (RegNetX's 7 groups of 24 at 28x28: 119.6 /
-    118.3 against the direct kernel's 229.5 / 239.6), and on narrower rows with several images
-    side by side in a tile (rows_config; out/rows_images.py: ResNeXt's 8x8 groups at 28x28, two
-    images: 32.9 / 33.0 against 47.3 / 45.0 packed, one image 56.8 / 57.0; 16x16 at 14x14, four
-    images: 19.4 / 19.3 against 33.7 / 31.4). Rows narrower than 14 (not measured) and layers
-    with fewer groups than one block of 16 lanes (not measured) keep packing.
+    """Where the rows kernel is the GPU default: stride-1 2-D problems with at least a block of
+    16 lanes of groups. Measured on the H200 (bf16, GPU time; out/rows_cases.py,
+    out/rows_images.py, tools/grouped_planner.py, docs/PERFORMANCE.md's twenty-fourth to
+    twenty-sixth sessions):
 
-    The weight gradient (out/rows_wgrad_lib2.py, out/rows_images.py): 71.2 us against 93.6
-    packed on ResNeXt's 4x4 groups at 56x56 (23.0 against 35.6 at batch 8; 8x8 groups 73.4
-    against 80.7), 46.0 against 109.5 on RegNet's 8x8 at 112x112, 292 against the direct
-    kernel's 409 on RegNetX's 24-wide groups; at 28x28 45.3 (two images) against 47.9 packed,
-    whose call also costs 101-112 us of host time against 35; at 14x14 packing (33.4 against
-    44.6 with four images): weight gradients take rows wider than 16."""
+    - forwards and input gradients at every row width measured, 7 to 112, with groups 4 to 24
+      wide: ResNeXt's 4x4 groups at 56x56 60.8 / 60.7 us against 80.8 / 74.8 packed through
+      PyTorch; 8x8 at 28x28 33.2 / 33.2 against 48.0 / 45.8 and PyTorch's 53.7 / 60.8; RegNet's
+      16-wide groups at 7x7 16.2 / 16.2 against the direct kernel's 20.4 and PyTorch's 16.6 /
+      25.3, 24-wide at 7x7 30.7 / 30.3 against PyTorch's 115 / 124; the direct kernel's tiny
+      forwards lose too (RegNet's 16-wide groups at 14x14 11.8 against 17.1 us). It loses by
+      17-47% where 24-wide groups pack into 72 or 120 channels (RegNetX-1.6GF at 56x56 145 against
+      124, RegNetY-1.6GF at 28x28 60.8 against 41.3), and wins where they pack into 48 (30.0
+      against 155). Input gradients of narrow rows (under 14) small enough to be host-bound
+      (_tiny) stay with their weight gradient in PyTorch's one convolution_backward.
+    - weight gradients of groups whose lanes are not padded (lanes_padded: 24-wide groups in 32
+      lanes took 407-1331 us, against 40-147 for implicit_gemm) over output rows at least 14
+      wide for groups up to 8 wide (4x4 at 56x56 71.2 us against 93.6 packed and PyTorch's 139;
+      8-wide groups from 2% behind PyTorch's grouped convolution, 46.4 against 46.2 at 28x28, to
+      19% ahead, 24.4 against 28.9 at 14x14, but 71.9 against 59.8 for RegNetY-400MF's 13 groups
+      at 28x28) and at least 56 wide for 16-wide ones (51.8 against PyTorch's 105.8 and 61.1
+      against 51.5 at 56x56; at 28x28 and below PyTorch's grouped convolution, 13.9-51.9 against
+      40.2-60.1, but for one layer of 10 groups at 14x14, 116 us against the rows kernel's 36.6
+      and implicit_gemm's 25.0)."""
+    if rows_reason(p) is not None or p.groups < _default_block_g(p):  # a whole block of groups
+        return False
     width = _rows_shape(p)[2][-1]
-    wide = (width > 16 if p.pass_ == "wgrad" else width >= 14) or not _pack_factors(p)
-    return rows_reason(p) is None and wide and p.groups >= _default_block_g(p)  # a whole block of groups
+    if p.pass_ == "wgrad":
+        return not lanes_padded(p) and width >= (14 if max(group_channels(p)) <= 8 else 56)
+    return p.pass_ == "fwd" or width >= 14 or not _tiny(p)
+
+
+def lanes_padded(p) -> bool:
+    """Whether the default blocks pad their groups to wider lanes (groups not a power of two
+    wide: 24 in 32 lanes), whose loads the rows weight gradient masks and cannot pipeline."""
+    bg, bci, bco, _ = _blocks(p, Config())
+    return bci != bg * group_channels(p)[0] or bco != bg * group_channels(p)[1]
 
 
 def rows_config(p, strip: int = 0) -> Config:
