@@ -53,6 +53,17 @@ def test_stems_suite_loads():
         "wav2vec2_conv0", "encodec_conv0_causal", "stereo_k7", "dac_conv0"}
 
 
+def test_depthwise_suite_loads():
+    """The depthwise suite: MobileNetV2's, EfficientNet-B0's and ConvNeXt's depthwise layers, all
+    three passes, every one taken by the depthwise algorithm."""
+    from ndconv.algorithms import depthwise
+
+    cases = suites.load_suite("depthwise")
+    assert len(cases) == 20 and all(c.spec["passes"] == ["fwd", "dgrad", "wgrad"] for c in cases)
+    assert all(depthwise.supports(c.problem("cpu"))[0] for c in cases)
+    assert {c.problem("cpu").kernel for c in cases} == {(3, 3), (5, 5), (7, 7)}
+
+
 def test_public_suite_is_the_shared_one():
     names = [c.name for c in suites.load_suite("public")]
     assert names[:3] == ["r50_stem_7x7s2", "r50_3x3_56", "r50_1x1_56"] and len(names) == 25

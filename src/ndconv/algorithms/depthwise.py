@@ -77,6 +77,20 @@ def supports(p):
     return True, f"direct kernel on CUDA cores for {cg}x{og}-channel groups (depthwise, channel multipliers)"
 
 
+def wgrad_wins(p) -> bool:
+    """Whether the direct kernel is the GPU's choice for 2-D weight gradient ``p`` over PyTorch's:
+    strided convolutions with kernels of at least 25 taps over inputs 14 to 28 rows tall.
+    Measured on the H200 (bf16, batch 64, 144-960 channels, 2026-12-01, out/dw_wgrad_probe.py):
+    5x5 stride 2 at 14x14 17-34 us against PyTorch's 108-363 (EfficientNet-B0's 672 channels:
+    28.9 against 290), at 28x28 30-75 against 29-107; at 7x7 0.8-1.3x PyTorch's time, at 56x56
+    79.1 against 60.8 (the depthwise suite); 3x3 stride 2 from 0.74x to 1.48x, stride 1 0.59-1.15x
+    (PyTorch's kept)."""
+    if p.pass_ != "wgrad" or p.ndim != 2:
+        return False
+    stride, kernel, size = p.kernel_dilation, p.out_spatial, p.in_spatial  # the forward's
+    return any(s > 1 for s in stride) and math.prod(kernel) >= 25 and all(14 <= s <= 28 for s in size)
+
+
 def _pow2_divisor(n: int, limit: int) -> int:
     """The largest power of two <= limit dividing n, or the next power of two above a small n
     without one (the lanes of a channel block: whole blocks where the channel count allows)."""

@@ -20,7 +20,7 @@ import torch
 from ..api import make_problem
 from ..problem import PASSES, ConvProblem
 
-SUITES = {name: Path(__file__).with_name(f"{name}.json") for name in ("public", "cpu", "stems")}
+SUITES = {name: Path(__file__).with_name(f"{name}.json") for name in ("public", "cpu", "stems", "depthwise")}
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
            "float64": torch.float64}
 _FIELDS = ("name", "x", "w", "stride", "padding_lo", "padding_hi", "kernel_dilation",
