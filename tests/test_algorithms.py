@@ -291,18 +291,56 @@ def test_depthwise_caps_registers_only_for_long_2d_kernels():
     assert cap((8, 4096, 1536), (1536, 4, 1), padding=([3], [0])) == 0
 
 
-@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
 def test_depthwise_prepared_call_matches_the_reference(pass_):
-    """depthwise's prepared call (its launch bound once) on fresh operands, call after call."""
+    """depthwise's prepared call (its launch bound once; the weight gradient's workspace made per
+    call) on fresh operands, call after call."""
     from ndconv.algorithms import depthwise
 
     p = make_problem((2, 6, 7, 8), (8, 3, 3, 1), padding=([2, 0], [1, 1]), groups=8,
                          dtype=torch.float32, device=DEVICE)
-    p = p if pass_ == "fwd" else p.dgrad()
+    p = p if pass_ == "fwd" else getattr(p, pass_)()
     call = depthwise.prepare(p, depthwise.default_config(p))
     for seed in (3, 4):
         a, b = testing.random_operands(p, seed, device=DEVICE)
         testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
+# Input gradients of strided depthwise convolutions, as forwards over dy with input dilation:
+# 5x5 (the default splits it into output phases), asymmetric padding, a stride of 3 with flip and a
+# channel multiplier (two input channels per lane), a 1x1 kernel (3 of 4 phases no tap reaches),
+# 1-D and 3-D.
+DEPTHWISE_PHASES = [
+    pytest.param((1, 9, 11, 5), (5, 5, 5, 1), {"stride": 2, "padding": ([2, 0], [1, 3]), "groups": 5}, id="5x5_s2"),
+    pytest.param((1, 10, 9, 4), (8, 3, 4, 1), {"stride": (3, 2), "padding": ([1, 0], [1, 2]), "groups": 4,
+                                               "flip": True}, id="s3_flip_mult2"),
+    pytest.param((1, 8, 8, 4), (4, 1, 1, 1), {"stride": 2, "groups": 4}, id="1x1_empty_phases"),
+    pytest.param((2, 13, 6), (6, 4, 1), {"stride": 2, "padding": ([3], [0]), "groups": 6}, id="1d"),
+    pytest.param((1, 4, 5, 6, 2), (2, 3, 3, 3, 1), {"stride": 2, "padding": 1, "groups": 2}, id="3d"),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", DEPTHWISE_PHASES)
+def test_depthwise_input_gradients_by_output_phase(x_shape, w_shape, args):
+    """One stride-1 launch per output phase (Config.phases), run into a poisoned output and as the
+    prepared call (bound launches with the phases' offsets), against the reference."""
+    from dataclasses import replace
+
+    from ndconv.algorithms import depthwise, prepared_call
+
+    p = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args).dgrad()
+    assert depthwise.phases_reason(p) is None
+    config = replace(depthwise.default_config(p), phases=True)
+    assert testing.check("depthwise", p, seed=5, config=config).ok
+    call = prepared_call(depthwise, p, config)
+    for seed in (3, 4):
+        a, b = testing.random_operands(p, seed, device=DEVICE)
+        testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+    assert depthwise.default_config(p).phases == (p.ndim == 2 and max(p.kernel) > 3)
+    assert depthwise.phases_reason(replace(p, input_dilation=(1,) * p.ndim))  # nothing to split
+    strided = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args)
+    with pytest.raises(ValueError, match="phases: forwards and input gradients with input dilation"):
+        testing.check("depthwise", strided, config=replace(depthwise.default_config(strided), phases=True))
 
 
 @pytest.mark.parametrize("name", ["gemm", "winograd"])

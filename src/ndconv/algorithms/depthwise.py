@@ -8,7 +8,10 @@ gradient) each thread owns a strip of consecutive outputs along the last axis, o
 few rows: every input column the strip's taps read is loaded and converted once and used for
 all of them (on every row that reads it), so a kernel row costs about one FMA per tap plus
 (cols + taps - 1) loads instead of a load per tap. The other kernel axes are loops whose
-re-reads hit L1. The weight gradient uses the same
+re-reads hit L1. Input-dilated problems with kernels longer than 3 (input gradients of strided
+5x5 layers) run as one stride-1 launch per output phase, so no tap meets an inserted zero
+(``Config.phases``: EfficientNet-B0's 5x5 stride-2 layer at 56x56 55 against 146 us in one
+launch; 3x3 ones lose, 46-115 against 46-99). The weight gradient uses the same
 strips (each strip's dy columns kept in registers, each input column loaded once for all the
 taps that read it) and reduces over them into a float32 workspace, summed afterwards in a
 fixed order (deterministic).
@@ -21,8 +24,10 @@ forward and 64 us weight gradient (1.2x and 1.35x the HBM floor), dw3x3_56 45 us
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 
@@ -63,6 +68,7 @@ class Config:
     vector: int = 8  # forward: consecutive channels per thread (at most a 16-byte vector)
     rows: int = 1  # forward: output rows per strip along the next-to-last axis (sharing input rows)
     max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg; 0: the compiler's choice)
+    phases: bool = False  # input-dilated: one stride-1 launch per output phase (phases_reason)
 
 
 def supports(p):
@@ -183,7 +189,8 @@ def default_config(p) -> Config:
     capped = not short and p.ndim == 2
     return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
                   vector=4, rows=_short_kernel_rows(p) if short else 1,
-                  max_registers=THREE_CTAS_OF_4_WARPS if capped else 0)
+                  max_registers=THREE_CTAS_OF_4_WARPS if capped else 0,
+                  phases=not short and p.ndim == 2 and phases_reason(p) is None)
 
 
 def configs(p) -> list[Config]:
@@ -262,20 +269,109 @@ def run(p, x, w, out, config: Config | None = None):
         return _run_wgrad(p, x, w, out, config)
     from .depthwise_kernels import direct_fwd_kernel
 
+    if config.phases:
+        _require_phases(p)
+        for launch in _phase_launches(p, x, w, out):
+            if launch is None:  # a phase no tap reaches
+                continue
+            grid, args, meta = launch
+            direct_fwd_kernel[grid](*args, **meta)
+        return
     grid, args, meta = _forward_launch(p, x, w, out, config)
     direct_fwd_kernel[grid](*args, **meta)
 
 
-def prepare(p, config: Config):
-    """The forward (or input-gradient) call on the pass's natural contiguous operands with its
-    one launch bound once (BoundLaunch: the operands' views share their data pointers)."""
-    if p.pass_ == "wgrad":
-        return None
-    from .depthwise_kernels import direct_fwd_kernel
+def _phase_launches(p, x, w, out):
+    """(grid, args, meta) of the forward kernel per output phase of input-dilated ``p`` on
+    these views (None for a phase no tap reaches, whose outputs are zeroed here): each phase's
+    weight and output views passed as w and out with their element offsets."""
+    launches = []
+    for q, w_q, out_q in _phase_views(p, w, out):
+        if q is None:
+            out_q.zero_()
+            launches.append(None)
+            continue
+        grid, args, meta = _forward_launch(q, x, w_q, out_q, default_config(q))
+        offsets = (w_q.storage_offset() - w.storage_offset(), out_q.storage_offset() - out.storage_offset())
+        launches.append((grid, (x, w, out, *offsets, *args[5:]), meta))
+    return launches
 
+
+def _require_phases(p):
+    reason = phases_reason(p)
+    if reason:
+        raise ValueError(f"depthwise: {reason}, not {p}")
+
+
+def phases_reason(p) -> str | None:
+    """None where an input-dilated problem splits into stride-1 phases (_phase_views)."""
+    if p.pass_ == "wgrad" or all(d == 1 for d in p.input_dilation):
+        return "phases: forwards and input gradients with input dilation only"
+    if any(v != 1 for v in (*p.stride, *p.kernel_dilation)):
+        return "phases: stride 1 without kernel dilation only"
+    return None
+
+
+class _AxisPhase(NamedTuple):
+    outputs: slice  # the phase's outputs along the axis
+    weights: slice  # the weights of its taps, in memory order
+    taps: int
+    lo: int  # the stride-1 convolution's padding
+    hi: int
+
+
+def _axis_phases(p, d) -> list[_AxisPhase]:
+    """Axis d's output phases: the outputs j = r + D*q read the taps t = t0 + D*m only (t0 =
+    (lo - r) mod D), input q + m + (r + t0 - lo) / D (D the input dilation)."""
+    idil, lo, k, s, so = p.input_dilation[d], p.padding_lo[d], p.kernel[d], p.in_spatial[d], p.out_spatial[d]
+    phases = []
+    for r in range(min(idil, so)):
+        t0 = (lo - r) % idil
+        taps, count = len(range(t0, k, idil)), len(range(r, so, idil))
+        lo_r = -((r + t0 - lo) // idil)
+        first = k - 1 - t0 - idil * (taps - 1) if p.flip else t0  # flip reads the weights reversed
+        phases.append(_AxisPhase(slice(r, None, idil), slice(first, first + idil * (taps - 1) + 1, idil), taps,
+                                 lo_r, count - s - lo_r + taps - 1))
+    return phases
+
+
+def _phase_views(p, w, out):
+    """(phase problem or None, weight view, output view) per output phase of input-dilated ``p``
+    (stride 1): a stride-1 convolution with the phase's taps (a strided view of w) into a strided
+    view of out; None where no tap reaches the phase (its outputs are zero)."""
+    for phase in itertools.product(*(_axis_phases(p, d) for d in range(p.ndim))):
+        out_view = out[(slice(None), *(a.outputs for a in phase))]
+        if any(a.taps == 0 for a in phase):
+            yield None, None, out_view
+            continue
+        q = replace(p, w_shape=(p.w_shape[0], *(a.taps for a in phase), p.w_shape[-1]),
+                    padding_lo=tuple(a.lo for a in phase), padding_hi=tuple(a.hi for a in phase),
+                    input_dilation=(1,) * p.ndim)
+        yield q, w[(slice(None), slice(None), *(a.weights for a in phase))], out_view
+
+
+def prepare(p, config: Config):
+    """The call on the pass's natural contiguous operands with its launch (one per output phase
+    with ``phases``) bound once (BoundLaunch: the operands' views share their data pointers; a
+    phase's views are offsets from them; the weight gradient's workspace is made per call)."""
     views = meta_views(p)
     if views is None:
         return None
+    if p.pass_ == "wgrad":
+        return _prepared_wgrad(p, config, views)
+    from .depthwise_kernels import direct_fwd_kernel
+
+    if config.phases:
+        _require_phases(p)
+        launches = _phase_launches(p, *views)
+        if None in launches:  # zeroed phases: the run path
+            return None
+        bound = [BoundLaunch(direct_fwd_kernel, *launch, operands=views) for launch in launches]
+
+        def phases(a, b, out):
+            for launch in bound:
+                launch(a, b, out)
+        return allocating(p, phases)
     return allocating(p, BoundLaunch(direct_fwd_kernel, *_forward_launch(p, *views, config), operands=views))
 
 
@@ -293,7 +389,7 @@ def _forward_launch(p, x, w, out, config: Config):
     if config.channels_fastest:
         grid = (grid[0] * grid[1],)
     args = (
-        x, w, out, O,
+        x, w, out, 0, 0, O,
         *pad3(p.in_spatial, 1), SO1, SO2, SO3, K1, K2,
         ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
@@ -319,30 +415,70 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     weight gradient goes to a float32 workspace slice, summed afterwards."""
     from .depthwise_kernels import direct_wgrad_kernel
 
+    x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)
+    ws = torch.empty(_wgrad_workspace(p, config, x.device), device=x.device, dtype=torch.float32)
+    grid, args, meta = _wgrad_launch(p, x, dy, ws, config)
+    direct_wgrad_kernel[grid](*args, **meta)
+    D, Cg = p.ndim, group_channels(p)[0]  # [taps, Cg, G*Og] -> dw [G, Og, *K, Cg]
+    dw.copy_(ws.sum(0).view(*p.out_spatial, Cg, p.groups, -1).permute(D + 1, D + 2, *range(D), D))
+
+
+def _prepared_wgrad(p, config: Config, views):
+    """The weight gradient as a prepared call: its launch bound once (the natural x and dy are
+    the kernel's operands), the workspace made per call and summed into the natural result."""
+    from .depthwise_kernels import direct_wgrad_kernel
+
+    x, dy, _, _ = p.wgrad_natural(*views)
+    shape, dtype, D = _wgrad_workspace(p, config, x.device), p.dtype, p.ndim
+    ws = torch.empty(shape, device="meta", dtype=torch.float32)
+    launch = BoundLaunch(direct_wgrad_kernel, *_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
+
+    def call(x_nat, dy_nat):
+        ws = torch.empty(shape, device=x_nat.device, dtype=torch.float32)
+        launch(x_nat, dy_nat, ws)
+        total = ws.sum(0).view(*p.out_spatial, shape[2], shape[3])  # [*K, Cg, O] -> natural [O, *K, Cg]
+        return torch.empty(p.result_shape, device=x_nat.device, dtype=dtype).copy_(total.permute(D + 1, *range(D), D))
+    return call
+
+
+def _wgrad_chunks(p, config: Config, device):
+    """(strips of outputs, strips per program, programs along the grid's last axis)."""
+    Cg = group_channels(p)[0]
+    K1, K2, _ = pad3(p.out_spatial, 1)  # the forward's kernel
+    SO = pad3(p.kernel, 1)  # the forward's output
+    cols = config.cols or _wgrad_cols(SO[2])
+    strips = p.w_shape[-1] * SO[0] * SO[1] * cdiv(SO[2], cols)
+    other = cdiv(p.out_channels, config.block_o) * K1 * K2 * Cg
+    chunks = max(1, min(cdiv(strips, config.block_p), config.programs_per_sm * sm_count(device) // other))
+    per_program = cdiv(cdiv(strips, chunks), config.block_p) * config.block_p
+    return strips, per_program, cdiv(strips, per_program)
+
+
+def _wgrad_workspace(p, config: Config, device) -> tuple:
+    """[programs along the grid's last axis, taps, Cg, O]: one partial sum per program."""
+    return (_wgrad_chunks(p, config, device)[2], math.prod(p.out_spatial), group_channels(p)[0], p.out_channels)
+
+
+def _wgrad_launch(p, x, dy, ws, config: Config):
+    """(grid, args, meta) of the weight-gradient kernel on the natural views of p.wgrad_natural."""
     D = p.ndim
-    x, dy, dw, (stride, kdil, idil, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
+    stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo  # the forward's
+    out_spatial, kernel = p.kernel, p.out_spatial
     Cg, Og = group_channels(p)
     O = p.out_channels
     K1, K2, K3 = pad3(kernel, 1)
     ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3 = _geometry(stride, kdil, idil, lo)
     SO = pad3(out_spatial, 1)
-    cols = config.cols or _wgrad_cols(SO[2])
-    strips = x.shape[0] * SO[0] * SO[1] * cdiv(SO[2], cols)
-    other = cdiv(O, config.block_o) * K1 * K2 * Cg
-    chunks = max(1, min(cdiv(strips, config.block_p), config.programs_per_sm * sm_count(x.device) // other))
-    per_program = cdiv(cdiv(strips, chunks), config.block_p) * config.block_p
-    chunks = cdiv(strips, per_program)
-    ws = torch.empty((chunks, K1 * K2 * K3, Cg, O), device=x.device, dtype=torch.float32)
+    strips, per_program, chunks = _wgrad_chunks(p, config, x.device)
     sx, sd = x.stride(), dy.stride()
-    direct_wgrad_kernel[(K1 * K2 * Cg, cdiv(O, config.block_o), chunks)](
+    args = (
         x, dy, ws, strips, per_program, O,
         *pad3(p.in_spatial, 1), *SO, K1, K2,
         ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
         sd[0], *spatial_strides(dy, 1, D), sd[-2], sd[-1],
-        K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, INT64=needs_int64(x, dy),
-        COLS=cols, BLOCK_S=config.block_p, BLOCK_O=config.block_o, num_warps=config.num_warps,
     )
-    # [taps, Cg, G*Og] -> dw [G, Og, *K, Cg]
-    total = ws.sum(0).view(*kernel, Cg, p.groups, Og)
-    dw.copy_(total.permute(D + 1, D + 2, *range(D), D))
+    meta = dict(K3=K3, ST3=ST3, KD3=KD3, U=min(K3, config.unroll), CG=Cg, OG=Og, INT64=needs_int64(x, dy),
+                COLS=config.cols or _wgrad_cols(SO[2]), BLOCK_S=config.block_p, BLOCK_O=config.block_o,
+                num_warps=config.num_warps)
+    return (K1 * K2 * Cg, cdiv(O, config.block_o), chunks), args, meta

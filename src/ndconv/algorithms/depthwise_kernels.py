@@ -144,7 +144,7 @@ def _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lan
 
 @triton.jit
 def direct_fwd_kernel(
-    x_ptr, w_ptr, y_ptr,
+    x_ptr, w_ptr, y_ptr, w_off, y_off,
     O,
     S1, S2, S3, SO1, SO2, SO3, K1, K2,
     ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
@@ -170,7 +170,10 @@ def direct_fwd_kernel(
     KD2C), so that the loads of later rows can be issued before the FMAs of earlier ones.
 
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
-    grid), so they run together and read whole channel rows of the input from HBM."""
+    grid), so they run together and read whole channel rows of the input from HBM. The weight and
+    the output start w_off and y_off elements past their pointers (an output phase's views)."""
+    w_ptr += w_off
+    y_ptr += y_off
     tiles_w = tl.cdiv(SO3, STRIPS * COLS)
     tiles_h = tl.cdiv(SO2, TILE_H * RH)
     if CHANNELS_FASTEST:
