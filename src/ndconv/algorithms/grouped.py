@@ -492,8 +492,8 @@ def rows_win(p) -> bool:
 def lanes_padded(p) -> bool:
     """Whether the default blocks pad their groups to wider lanes (groups not a power of two
     wide: 24 in 32 lanes), whose loads the rows weight gradient masks and cannot pipeline."""
-    bg, bci, bco, _ = _blocks(p, Config())
-    return bci != bg * group_channels(p)[0] or bco != bg * group_channels(p)[1]
+    (bg, bci, bco, _), (cg, og) = _blocks(p, Config()), group_channels(p)
+    return (bci, bco) != (bg * cg, bg * og)
 
 
 def rows_config(p, strip: int = 0) -> Config:
