@@ -419,8 +419,7 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     ws = torch.empty(_wgrad_workspace(p, config, x.device), device=x.device, dtype=torch.float32)
     grid, args, meta = _wgrad_launch(p, x, dy, ws, config)
     direct_wgrad_kernel[grid](*args, **meta)
-    D, Cg = p.ndim, group_channels(p)[0]  # [taps, Cg, G*Og] -> dw [G, Og, *K, Cg]
-    dw.copy_(ws.sum(0).view(*p.out_spatial, Cg, p.groups, -1).permute(D + 1, D + 2, *range(D), D))
+    dw.copy_(_wgrad_total(p, ws).unflatten(0, (p.groups, -1)))
 
 
 def _prepared_wgrad(p, config: Config, views):
@@ -429,16 +428,21 @@ def _prepared_wgrad(p, config: Config, views):
     from .depthwise_kernels import direct_wgrad_kernel
 
     x, dy, _, _ = p.wgrad_natural(*views)
-    shape, dtype, D = _wgrad_workspace(p, config, x.device), p.dtype, p.ndim
+    shape = _wgrad_workspace(p, config, x.device)
     ws = torch.empty(shape, device="meta", dtype=torch.float32)
     launch = BoundLaunch(direct_wgrad_kernel, *_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
 
     def call(x_nat, dy_nat):
         ws = torch.empty(shape, device=x_nat.device, dtype=torch.float32)
         launch(x_nat, dy_nat, ws)
-        total = ws.sum(0).view(*p.out_spatial, shape[2], shape[3])  # [*K, Cg, O] -> natural [O, *K, Cg]
-        return torch.empty(p.result_shape, device=x_nat.device, dtype=dtype).copy_(total.permute(D + 1, *range(D), D))
+        return torch.empty(p.result_shape, device=x_nat.device, dtype=p.dtype).copy_(_wgrad_total(p, ws))
     return call
+
+
+def _wgrad_total(p, ws):
+    """The workspace's partial sums [programs, *K, Cg, O] summed, as the natural result [O, *K, Cg]."""
+    D = p.ndim
+    return ws.sum(0).view(*p.out_spatial, *ws.shape[2:]).permute(D + 1, *range(D), D)
 
 
 def _wgrad_chunks(p, config: Config, device):
