@@ -22,7 +22,7 @@ import torch
 
 from . import tuning
 from .algorithms import REGISTRY, prepared_call
-from .problem import ConvProblem
+from .problem import NATIVE_CALL_HOST_S, ConvProblem
 
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
 ENV_AUTOTUNE = "NDCONV_AUTOTUNE"
@@ -410,16 +410,10 @@ def _measured_first(p: ConvProblem) -> str | None:
 # the crossover measured on the H200 lies between 49 (7x7) and 64 (1-D k=64) taps.
 TOEPLITZ_MIN_TAPS = 64
 
-# Host time per cached call measured on the H200 machine (tools/host_overhead.py, tiny bf16
-# conv2d): a bound Triton launch about 21-23 us, PyTorch's convolution through ndconv 46 us.
-_NATIVE_HOST_S = 46e-6
-
-
 def _host_bound(p: ConvProblem, times_floor: float = 1.0) -> bool:
-    """True when the GPU would finish ``p`` (at ``times_floor`` times its roofline floor, H200
-    ceilings) before the host has issued PyTorch's call for it: the Triton kernels' cheaper
-    launch then wins."""
-    return times_floor * p.h200_floor_s < _NATIVE_HOST_S / 4
+    """True when the GPU would finish ``p`` (at 4 x ``times_floor`` times its roofline floor)
+    before the host has issued PyTorch's call for it: the Triton kernels' cheaper launch wins."""
+    return p.done_within(NATIVE_CALL_HOST_S, 4 * times_floor)
 
 
 def _tuned_plan(tuned: tuning.Tuned) -> Plan:

@@ -23,6 +23,10 @@ import torch
 
 PASSES = ("fwd", "dgrad", "wgrad")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Host time to issue one cached call (tools/host_overhead.py, H200 machine, tiny bf16 conv2d):
+# a Triton kernel's bound launch 21-23 us, PyTorch's convolution through ndconv 46 us.
+BOUND_LAUNCH_HOST_S = 20e-6
+NATIVE_CALL_HOST_S = 46e-6
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,12 @@ class ConvProblem:
         """Seconds an H200 needs at least (tensor cores at 790 TFLOP/s, HBM at 4.25 TB/s): what
         the heuristics weigh against the host's time to issue a call."""
         return max(self.flops / 790e12, self.min_bytes / 4.25e12)
+
+    def done_within(self, host_s: float, times_floor: float) -> bool:
+        """True when an H200 running this problem at ``times_floor`` times its floor is done
+        within ``host_s`` (the host time to issue a call, e.g. BOUND_LAUNCH_HOST_S): such a call
+        is host-bound, and the path that issues it fastest wins."""
+        return times_floor * self.h200_floor_s < host_s
 
     @property
     def gemm_mnk(self) -> tuple[int, int, int]:

@@ -41,6 +41,7 @@ from functools import lru_cache
 
 import torch
 
+from ..problem import BOUND_LAUNCH_HOST_S
 from . import implicit_gemm, native
 from .triton_support import (
     INTERPRET,
@@ -62,9 +63,6 @@ NAME = "grouped"
 TARGET_WIDTH = 32
 # The direct kernel's channel blocks are at least this wide (the smallest tensor-core product).
 MIN_BLOCK = 16
-# Host time to issue a cached call through ndconv (tools/host_overhead.py, H200 machine, tiny
-# bf16 problems): the direct kernel's bound launch 21-23 us.
-HOST_BOUND_S = 20e-6
 
 
 @dataclass(frozen=True)
@@ -184,7 +182,7 @@ def host_bound(p) -> bool:
 def _tiny(p) -> bool:
     """A pass on a GPU so small that even at 8x its roofline floor (the direct kernel's worst
     measured) the GPU is done before the next call is issued."""
-    return p.device == "cuda" and 8 * p.h200_floor_s < HOST_BOUND_S
+    return p.device == "cuda" and p.done_within(BOUND_LAUNCH_HOST_S, 8)
 
 
 def _native_default(p) -> Config:
