@@ -137,6 +137,9 @@ def test_gpu_default_packs_through_pytorch():
     assert grouped.lanes_padded(regnet.wgrad()) and not grouped.lanes_padded(p.wgrad())
     assert grouped.default_config(regnet.wgrad()).kernel == "direct"  # 24 wide: lanes padded to 32
     assert grouped.default_config(replace(regnet, stride=(2, 2))).kernel == "direct"
+    large = make_problem((32, 56, 56, 128), (128, 31, 31, 1), padding=15, groups=128, dtype=torch.bfloat16,
+                         device="cuda")  # 961 taps: more than the rows kernel unrolls
+    assert all(grouped.default_config(q).kernel != "rows" for q in (large, large.dgrad(), large.wgrad()))
     narrow = make_problem((256, 56, 56, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
     assert grouped.default_config(narrow) == Config("packed", 3, packed_by="native")  # 6 wide: all three
     # a forward the host would wait on: the direct kernel, whose bound launch is issued fastest
@@ -183,12 +186,15 @@ def test_rows_kernel_matches_reference(case, pass_, config):
 def test_rows_kernel_refuses_what_it_does_not_walk():
     p = make_problem((1, 6, 7, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE)
     assert all(grouped.rows_reason(q) is None for q in (p, p.dgrad(), p.wgrad()))
+    seven = replace(p, w_shape=(16, 7, 7, 4), padding_lo=(3, 3), padding_hi=(3, 3))  # 49 taps, unrolled
     others = {
         "stride": replace(p, stride=(1, 2)),
         "stride's weight gradient": replace(p, stride=(2, 1)).wgrad(),
         "kernel dilation": replace(p, kernel_dilation=(2, 1)),
         "input dilation": replace(p, input_dilation=(2, 2)),
         "1-D": make_problem((1, 7, 16), (16, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE),
+        "a 7x7 kernel": seven,
+        "a 7x7 kernel's weight gradient": seven.wgrad(),
     }
     for what, q in others.items():
         reason = grouped.rows_reason(q)

@@ -63,6 +63,10 @@ NAME = "grouped"
 TARGET_WIDTH = 32
 # The direct kernel's channel blocks are at least this wide (the smallest tensor-core product).
 MIN_BLOCK = 16
+# The rows kernel unrolls its taps: a weight tile per tap and an accumulator per kernel row live
+# in registers, and its compile time grows with them (a 31x31 depthwise kernel compiled for
+# minutes on the H200 machine). Measured on 3x3 kernels, tested up to 5x3.
+ROWS_MAX_TAPS = 25
 
 
 @dataclass(frozen=True)
@@ -446,11 +450,13 @@ def _run_direct_wgrad(p, x_t, dy_t, dw_t, config: Config):
 def rows_reason(p) -> str | None:
     """None where the rows kernel runs ``p``, else why not: it walks output rows at stride 1
     without dilation, in 2-D (a weight-gradient problem's stride and kernel dilation are the
-    forward's kernel dilation and stride: the test is the same)."""
+    forward's kernel dilation and stride: the test is the same), with small kernels."""
     if p.ndim != 2:
         return "rows kernel: 2-D problems only"
     if any(v != 1 for v in (*p.stride, *p.kernel_dilation, *p.input_dilation)):
         return "rows kernel: stride 1 without dilation only"
+    if math.prod(_rows_shape(p)[3]) > ROWS_MAX_TAPS:
+        return f"rows kernel: kernels of at most {ROWS_MAX_TAPS} taps (it unrolls them)"
     return None
 
 
