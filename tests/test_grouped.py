@@ -186,15 +186,15 @@ def test_rows_kernel_matches_reference(case, pass_, config):
 def test_rows_kernel_refuses_what_it_does_not_walk():
     p = make_problem((1, 6, 7, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE)
     assert all(grouped.rows_reason(q) is None for q in (p, p.dgrad(), p.wgrad()))
-    seven = replace(p, w_shape=(16, 7, 7, 4), padding_lo=(3, 3), padding_hi=(3, 3))  # 49 taps, unrolled
+    nine = replace(p, w_shape=(16, 9, 9, 4), padding_lo=(4, 4), padding_hi=(4, 4))  # 81 taps, unrolled
     others = {
         "stride": replace(p, stride=(1, 2)),
         "stride's weight gradient": replace(p, stride=(2, 1)).wgrad(),
         "kernel dilation": replace(p, kernel_dilation=(2, 1)),
         "input dilation": replace(p, input_dilation=(2, 2)),
         "1-D": make_problem((1, 7, 16), (16, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE),
-        "a 7x7 kernel": seven,
-        "a 7x7 kernel's weight gradient": seven.wgrad(),
+        "a 9x9 kernel": nine,
+        "a 9x9 kernel's weight gradient": nine.wgrad(),
     }
     for what, q in others.items():
         reason = grouped.rows_reason(q)
