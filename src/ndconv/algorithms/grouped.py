@@ -10,12 +10,13 @@ almost the whole tile. Two kernels and a packing, picked by the config:
   block-diagonal weight, built in registers. The weight gradient reduces over output
   positions, all taps of a block at once (dy loaded once per position block), into a float32
   workspace summed afterwards in a fixed order.
-- ``rows`` (grouped_kernels.py; stride-1 2-D convolutions, all three passes): a program walks
-  a strip of output rows, loading each input row once per column tap and multiplying it into
-  the accumulators of every output row that reads it, so an input element is loaded and
-  staged for the tensor cores K2 times instead of K1 * K2. Its weight gradient multiplies each
-  input row (all column taps in one tile) with the K1 dy rows that read it in one product.
-  Rows narrower than a tensor-core tile put several images' rows side by side in it.
+- ``rows`` (grouped_kernels.py; stride-1 2-D convolutions of at most 49 taps, all three
+  passes): a program walks a strip of output rows, loading each input row once per column tap
+  and multiplying it into the accumulators of every output row that reads it, so an input
+  element is loaded and staged for the tensor cores K2 times instead of K1 * K2. Its weight
+  gradient multiplies each input row (all column taps in one tile) with the K1 dy rows that
+  read it in one product. Rows narrower than a tensor-core tile put several images' rows side
+  by side in it.
 - ``packed``: ``pack`` consecutive groups become one group whose weight is block-diagonal (the
   zeros between groups make it the same convolution), run by implicit_gemm (or, with
   ``packed_by="native"``, by PyTorch's convolution: cuDNN's kernels for a few wide groups
