@@ -235,7 +235,7 @@ def test_gemm_rejects_a_bad_workspace_limit(monkeypatch):
 # weight gradient): taps in several chunks (the last one partial), strides and dilations that
 # leave window columns unused, channel multipliers (two input channels per lane in the input
 # gradient), input dilation, flip, crops, and channel counts that are not a multiple of the
-# block.
+# block; strips in tiles of one image or in one order over all images.
 DEPTHWISE_STRIPS = [
     pytest.param((2, 5, 13, 6), (6, 2, 11, 1), {"padding": ([1, 5], [0, 4]), "groups": 6},
                  id="2d_k11_chunks"),
@@ -270,7 +270,9 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     configs = [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]
     if pass_ != "wgrad":  # 2 channels per thread; strips of several rows (any stride once unrolled)
         configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2), replace(unrolled, rows=2),
-                    replace(base, max_registers=depthwise.THREE_CTAS_OF_4_WARPS)]  # spills (on a GPU)
+                    replace(base, max_registers=depthwise.THREE_CTAS_OF_4_WARPS),  # spills (on a GPU)
+                    # strips in one order over all images (a program's strips cross rows and images)
+                    replace(base, flat=True, block_p=4), replace(unrolled, flat=True, rows=2, block_p=8)]
     for config in configs:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
@@ -289,6 +291,28 @@ def test_depthwise_caps_registers_only_for_long_2d_kernels():
     assert cap((64, 28, 28, 240), (240, 5, 5, 1), padding=2) == depthwise.THREE_CTAS_OF_4_WARPS
     assert cap((64, 56, 56, 144), (144, 3, 3, 1), padding=1) == 0
     assert cap((8, 4096, 1536), (1536, 4, 1), padding=([3], [0])) == 0
+
+
+def test_depthwise_strips_fit_small_maps():
+    """Measured on the H200 (depthwise suite, bf16): a 2-D forward whose tiles of one image pad
+    its map by more than 10% takes flat strips (14x14 and 7x7 maps: 9.0 against 16.9 us on 960
+    channels at 7x7), 2 rows a strip where rows are consecutive, else 1; 3 rows become 4 where
+    that pads a 56-row map less (dw3x3_56 44.2 against 46.2 us), not on 112 rows (39.1 against
+    37.0)."""
+    from ndconv.algorithms import depthwise
+
+    def strips(x, w, **args):
+        p = make_problem(x, w, groups=x[-1], dtype=torch.bfloat16, device=DEVICE, **args)
+        config = depthwise.default_config(p)
+        return config.flat, config.rows
+
+    assert strips((64, 7, 7, 960), (960, 3, 3, 1), padding=1) == (True, 2)
+    assert strips((64, 14, 14, 384), (384, 3, 3, 1), padding=1) == (True, 2)
+    assert strips((64, 28, 28, 192), (192, 3, 3, 1), stride=2, padding=1) == (True, 1)
+    assert strips((64, 14, 14, 672), (672, 5, 5, 1), padding=2) == (True, 1)
+    assert strips((64, 56, 56, 144), (144, 3, 3, 1), padding=1) == (False, 4)
+    assert strips((64, 112, 112, 32), (32, 3, 3, 1), padding=1) == (False, 3)
+    assert strips((64, 56, 56, 96), (96, 7, 7, 1), padding=3) == (False, 1)
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])

@@ -52,6 +52,10 @@ MAX_GROUP_WIDTH = 16
 _UNROLLED_ROWS_MAX = 9
 # Registers per thread at which three CTAs of 4 warps fit an SM's 64K (168 x 128 x 3 = 64512).
 THREE_CTAS_OF_4_WARPS = 168
+# 2-D forwards: strips of 3 rows become 4 where the tiles of 3 hold fewer useful outputs than
+# FOUR_ROWS_BELOW_SHARE; tiles of one image become flat strips below FLAT_BELOW_SHARE (_tile_share).
+FOUR_ROWS_BELOW_SHARE = 0.95
+FLAT_BELOW_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class Config:
     rows: int = 1  # forward: output rows per strip along the next-to-last axis (sharing input rows)
     max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg; 0: the compiler's choice)
     phases: bool = False  # input-dilated: one stride-1 launch per output phase (phases_reason)
+    flat: bool = False  # forward: a program's strips are consecutive in one order over all images' strips
 
 
 def supports(p):
@@ -170,6 +175,20 @@ def default_config(p) -> Config:
     28.0 -> 24.5 (caps of 200, 184, 152, 136: no better; on 3x3 and 1-D kernels every cap was
     slower: dw3x3s2_112 55.9 -> 88 us at 168).
 
+    Small maps (twenty-eighth session, the depthwise suite): a tile's strips are powers of two
+    along both axes of one image, so 14x14 and 7x7 maps were covered by tiles of 24 rows (58% of
+    the work useful) and 7x7 ones by [4, 32] tiles of 4 warps (3 of them duplicates). 2-D
+    forwards whose tiles hold less than 90% useful outputs (_tile_share) now take flat strips:
+    strips numbered over all images, 16 consecutive ones a program, with 2 rows a strip where
+    rows are consecutive (5% faster than 3 there on all five layers) and 1 where strided (1-4 us
+    faster than 4), each pair timed in one process: MobileNetV2's 3x3 at 7x7 16.9 -> 9.1 us
+    (PyTorch 12.2), at 14x14 13.6 -> 11.6, EfficientNet-B0's 5x5 at 7x7 21.9 -> 17.5, stride 2
+    at 28x28 13.9 -> 11.9, dw3x3s2_112 (16 strips of 4 padding 56 columns to 64) 56.5 -> 54.2
+    and 57.0 -> 54.5 (two runs); the big maps' tiles stay (flat: dw7x7_56 103.4 against 101.8, MobileNetV2's 112x112 40.4 against 37.6). And 3
+    rows a strip become 4 where that pads the map less (dw3x3_56: 60 rows of 56 -> 56, 46.2 ->
+    44.2 us forward, 45.2 -> 44.1 input gradient, in two runs of one process; on 112 rows,
+    padded 2% by 3, 4 rows measured slower, 39.1 against 37.0).
+
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
     channels per strip; strips of 4-8 outputs (_wgrad_cols). causal_dw1d_k4: 64 us (16 strips
@@ -187,10 +206,20 @@ def default_config(p) -> Config:
     strips = max(1, min(128, 4 * 32 * 4 // block_o))
     short = max(p.kernel) <= 3
     capped = not short and p.ndim == 2
-    return Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
-                  vector=4, rows=_short_kernel_rows(p) if short else 1,
-                  max_registers=THREE_CTAS_OF_4_WARPS if capped else 0,
-                  phases=not short and p.ndim == 2 and phases_reason(p) is None)
+    config = Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
+                    vector=4, rows=_short_kernel_rows(p) if short else 1,
+                    max_registers=THREE_CTAS_OF_4_WARPS if capped else 0,
+                    phases=not short and p.ndim == 2 and phases_reason(p) is None)
+    if p.ndim != 2:
+        return config
+    consecutive = short and _consecutive_rows(p)
+    undilated = all(d == 1 for d in p.input_dilation)
+    if consecutive and undilated and _tile_share(p, config) < FOUR_ROWS_BELOW_SHARE:
+        four = replace(config, rows=4)
+        config = four if _tile_share(p, four) > _tile_share(p, config) else config
+    if _tile_share(p, config) < FLAT_BELOW_SHARE:
+        config = replace(config, flat=True, rows=2 if consecutive else 1)
+    return config
 
 
 def configs(p) -> list[Config]:
@@ -216,8 +245,9 @@ def configs(p) -> list[Config]:
         # more or fewer channels per thread (one strip per thread); strips of other row counts
         variants += [replace(base, vector=vector, block_p=max(1, vector * 32 * base.num_warps // base.block_o))
                      for vector in (8, 4, 2) if vector != base.vector]
-        if p.ndim > 1:
+        if p.ndim > 1:  # strips of other row counts, in tiles of one image and flat
             variants += [replace(base, rows=rows) for rows in (1, 2, 3, 4) if rows != base.rows]
+            variants += [replace(base, rows=rows, flat=not base.flat) for rows in (1, 2, 3, 4)]
         variants.append(replace(base, max_registers=0 if base.max_registers else THREE_CTAS_OF_4_WARPS))
     out = []
     for c in (base, *variants):
@@ -248,12 +278,22 @@ def _strip_rows(p, config: Config) -> int:
     return max(1, min(config.rows, SO2)) if config.rows_unrolled or _consecutive_rows(p) else 1
 
 
+def _tile_share(p, config: Config) -> float:
+    """The share of useful outputs among those the forward's tiles of one image cover (masked
+    strips past the map's last row or column still take their threads' time)."""
+    SO2, SO3 = pad3(p.out_spatial, 1)[1:]
+    tile_h, strips, cols, rows = _fwd_tile(p, replace(config, flat=False))
+    return SO2 * SO3 / (cdiv(SO2, tile_h * rows) * tile_h * rows * cdiv(SO3, strips * cols) * strips * cols)
+
+
 def _fwd_tile(p, config: Config):
     """(TILE_H, STRIPS, COLS, RH): strips along the next-to-last and the last axis per program,
-    and each strip's outputs: RH rows of COLS."""
+    and each strip's outputs: RH rows of COLS. Flat strips: (1, strips per program, COLS, RH)."""
     SO2, SO3 = pad3(p.out_spatial, 1)[1:]
     rows = _strip_rows(p, config)
     cols = config.cols or _default_cols(p, config.block_p, config.unroll)
+    if config.flat:
+        return 1, config.block_p, cols, rows
     strips = min(config.block_p, config.tile_w or pow2_at_least(cdiv(SO3, cols)))
     return min(config.block_p // strips, pow2_at_least(cdiv(SO2, rows))), strips, cols, rows
 
@@ -385,11 +425,15 @@ def _forward_launch(p, x, w, out, config: Config):
         p.stride, p.kernel_dilation, p.input_dilation, p.padding_lo)
     tile_h, strips, cols, rows = _fwd_tile(p, config)
     sx, sw, sy = x.stride(), w.stride(), out.stride()
-    grid = (p.batch * SO1 * cdiv(SO2, tile_h * rows) * cdiv(SO3, strips * cols), cdiv(O, config.block_o))
+    if config.flat:
+        tiles = cdiv(p.batch * SO1 * cdiv(SO2, rows) * cdiv(SO3, cols), strips)
+    else:
+        tiles = p.batch * SO1 * cdiv(SO2, tile_h * rows) * cdiv(SO3, strips * cols)
+    grid = (tiles, cdiv(O, config.block_o))
     if config.channels_fastest:
         grid = (grid[0] * grid[1],)
     args = (
-        x, w, out, 0, 0, O,
+        x, w, out, 0, 0, p.batch, O,
         *pad3(p.in_spatial, 1), SO1, SO2, SO3, K1, K2,
         ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
         sx[0], *spatial_strides(x, 1, D), sx[-2], sx[-1],
@@ -402,7 +446,7 @@ def _forward_launch(p, x, w, out, config: Config):
         CHANNELS_FASTEST=config.channels_fastest, ROWS_UNROLLED=config.rows_unrolled,
         K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1,
         ST2C=ST2 if config.rows_unrolled else 1, KD2C=KD2 if config.rows_unrolled else 1,
-        VEC=config.vector, RH=rows, num_warps=config.num_warps,
+        VEC=config.vector, RH=rows, FLAT=config.flat, num_warps=config.num_warps,
     )
     if config.max_registers:
         meta["maxnreg"] = config.max_registers

@@ -145,7 +145,7 @@ def _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lan
 @triton.jit
 def direct_fwd_kernel(
     x_ptr, w_ptr, y_ptr, w_off, y_off,
-    O,
+    N, O,
     S1, S2, S3, SO1, SO2, SO3, K1, K2,
     ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3,
     sxn, sx1, sx2, sx3, sxg, sxc,
@@ -155,7 +155,7 @@ def direct_fwd_kernel(
     CG: tl.constexpr, OG: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
     CHANNELS_FASTEST: tl.constexpr, ROWS_UNROLLED: tl.constexpr, K1C: tl.constexpr, K2C: tl.constexpr,
-    ST2C: tl.constexpr, KD2C: tl.constexpr, VEC: tl.constexpr, RH: tl.constexpr,
+    ST2C: tl.constexpr, KD2C: tl.constexpr, VEC: tl.constexpr, RH: tl.constexpr, FLAT: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for a tile of TILE_H x STRIPS strips of RH x COLS outputs (rows along axis 2, consecutive
@@ -169,13 +169,14 @@ def direct_fwd_kernel(
     unrolled over constant rows (K1C kernel rows; axis 2's kernel K2C, stride ST2C and dilation
     KD2C), so that the loads of later rows can be issued before the FMAs of earlier ones.
 
+    With FLAT a program's TILE_H * STRIPS strips are consecutive in one row-major order over
+    all images' strips (n, j1, strip row, strip column), so maps whose size is not a power of
+    two strips per axis are not padded to one (N is the batch, bounding the last program).
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
     grid), so they run together and read whole channel rows of the input from HBM. The weight and
     the output start w_off and y_off elements past their pointers (an output phase's views)."""
     w_ptr += w_off
     y_ptr += y_off
-    tiles_w = tl.cdiv(SO3, STRIPS * COLS)
-    tiles_h = tl.cdiv(SO2, TILE_H * RH)
     if CHANNELS_FASTEST:
         blocks_o = tl.cdiv(O, BLOCK_O)
         block_o = tl.program_id(0) % blocks_o
@@ -183,17 +184,32 @@ def direct_fwd_kernel(
     else:
         block_o = tl.program_id(1)
         pid = tl.program_id(0)
-    tw = pid % tiles_w
-    th = (pid // tiles_w) % tiles_h
-    n1 = pid // (tiles_w * tiles_h)  # n * SO1 + j1
-    j1 = n1 % SO1
-    n = n1 // SO1
-    if INT64:
-        n = n.to(tl.int64)
     offs = tl.arange(0, TILE_H * STRIPS)
-    j2 = (th * TILE_H + offs // STRIPS) * RH  # [P] a strip's first row
-    j3 = (tw * STRIPS + offs % STRIPS) * COLS  # [P] its first column
-    mask_p = (j2 < SO2) & (j3 < SO3)  # the strip's later rows are read (not stored) past SO2
+    if FLAT:  # the strips of all images in one row-major order, TILE_H * STRIPS consecutive ones
+        strip = pid * (TILE_H * STRIPS) + offs
+        if INT64:
+            strip = strip.to(tl.int64)
+        strip_cols = tl.cdiv(SO3, COLS)
+        strip_rows = tl.cdiv(SO2, RH)
+        j3 = (strip % strip_cols) * COLS  # [P] a strip's first column
+        j2 = (strip // strip_cols % strip_rows) * RH  # [P] its first row
+        n1 = strip // (strip_cols * strip_rows)  # n * SO1 + j1
+        j1 = n1 % SO1
+        n = n1 // SO1
+        mask_p = n < N
+    else:  # a tile of TILE_H x STRIPS strips of one image
+        tiles_w = tl.cdiv(SO3, STRIPS * COLS)
+        tiles_h = tl.cdiv(SO2, TILE_H * RH)
+        tw = pid % tiles_w
+        th = (pid // tiles_w) % tiles_h
+        n1 = pid // (tiles_w * tiles_h)  # n * SO1 + j1
+        j1 = n1 % SO1
+        n = n1 // SO1
+        if INT64:
+            n = n.to(tl.int64)
+        j2 = (th * TILE_H + offs // STRIPS) * RH  # [P] a strip's first row
+        j3 = (tw * STRIPS + offs % STRIPS) * COLS  # [P] its first column
+        mask_p = (j2 < SO2) & (j3 < SO3)  # the strip's later rows are read (not stored) past SO2
     g, k, mask_o = _lanes(block_o, O, OG, INT64, BLOCK_O, VEC)
     x_lanes = g * sxg  # [BLOCK_O]
     o_w = tl.minimum(g * OG + k, O - 1)  # lanes past O read valid weights (unmasked; never stored)
