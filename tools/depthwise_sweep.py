@@ -6,6 +6,7 @@ config that fails or raises is reported and skipped. Prints a table, writes JSON
     PYTHONPATH=src python3 tools/depthwise_sweep.py --out dw.json
     PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw7x7_56:fwd --max 9
     PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw3x3_56:fwd --where 'c == base or c.channels_fastest'
+    PYTHONPATH=src python3 tools/depthwise_sweep.py --suite depthwise --cases mbv2_dw3x3_7_c960:fwd --where 'c.flat'
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def sweep_case(case, pass_, max_configs, deadline):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="depthwise_sweep.json")
+    parser.add_argument("--suite", default="public", help="the suite the cases come from (public, depthwise, ...)")
     parser.add_argument("--cases", nargs="+", help="CASE:PASS entries (default: the built-in sweep)")
     parser.add_argument("--max", type=int, help="configs per case (default: per case)")
     parser.add_argument("--budget", type=float, default=220, help="seconds before the rest is skipped")
@@ -129,7 +131,7 @@ def main():
                                         "only the configs for which it is true, e.g. 'c == base or c.unroll < 8'")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
-    cases = {c.name: c for c in suites.load_suite("public")}
+    cases = {c.name: c for c in suites.load_suite(args.suite)}
     plan = SWEEP
     if args.cases:
         plan = [(*entry.split(":"), 7) for entry in args.cases]
