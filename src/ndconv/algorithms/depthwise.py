@@ -184,10 +184,11 @@ def default_config(p) -> Config:
     faster than 4), each pair timed in one process: MobileNetV2's 3x3 at 7x7 16.9 -> 9.1 us
     (PyTorch 12.2), at 14x14 13.6 -> 11.6, EfficientNet-B0's 5x5 at 7x7 21.9 -> 17.5, stride 2
     at 28x28 13.9 -> 11.9, dw3x3s2_112 (16 strips of 4 padding 56 columns to 64) 56.5 -> 54.2
-    and 57.0 -> 54.5 (two runs); the big maps' tiles stay (flat: dw7x7_56 103.4 against 101.8, MobileNetV2's 112x112 40.4 against 37.6). And 3
-    rows a strip become 4 where that pads the map less (dw3x3_56: 60 rows of 56 -> 56, 46.2 ->
-    44.2 us forward, 45.2 -> 44.1 input gradient, in two runs of one process; on 112 rows,
-    padded 2% by 3, 4 rows measured slower, 39.1 against 37.0).
+    and 57.0 -> 54.5 (two runs); the big maps' tiles stay (flat: dw7x7_56 103.4 against 101.8,
+    MobileNetV2's 112x112 40.4 against 37.6). And 3 rows a strip become 4 where that pads the
+    map less (dw3x3_56: 60 rows of 56 -> 56, 46.2 -> 44.2 us forward, 45.2 -> 44.1 input
+    gradient, in two runs of one process; on 112 rows, padded 2% by 3, 4 rows measured slower,
+    39.1 against 37.0).
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
