@@ -29,6 +29,14 @@ def _lanes(block, O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexp
 
 
 @triton.jit
+def _aligned(v, ALIGN: tl.constexpr):
+    """``v``, which the launcher found to be a multiple of ALIGN, written so that Triton knows it
+    (it learns an argument's divisibility only by 16): with position strides and the channel
+    count multiples of ALIGN, ALIGN lanes load and store as one vector."""
+    return v // ALIGN * ALIGN
+
+
+@triton.jit
 def _positions(offs_p, ROWS, SO1, SO2, SO3, INT64: tl.constexpr):
     """Flat output positions as (n, j1, j2, j3) and their mask."""
     n, j1, j2, j3 = split_rows(offs_p, SO1, SO2, SO3)
@@ -156,6 +164,7 @@ def direct_fwd_kernel(
     TILE_H: tl.constexpr, STRIPS: tl.constexpr, COLS: tl.constexpr, BLOCK_O: tl.constexpr,
     CHANNELS_FASTEST: tl.constexpr, ROWS_UNROLLED: tl.constexpr, K1C: tl.constexpr, K2C: tl.constexpr,
     ST2C: tl.constexpr, KD2C: tl.constexpr, VEC: tl.constexpr, RH: tl.constexpr, FLAT: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """y[n, j, o] = sum_{t, c < CG} x[n, (j*st + t'*kd - lo) / idil, o // OG, c] * w[o, t, c]
     for a tile of TILE_H x STRIPS strips of RH x COLS outputs (rows along axis 2, consecutive
@@ -174,7 +183,12 @@ def direct_fwd_kernel(
     two strips per axis are not padded to one (N is the batch, bounding the last program).
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
     grid), so they run together and read whole channel rows of the input from HBM. The weight and
-    the output start w_off and y_off elements past their pointers (an output phase's views)."""
+    the output start w_off and y_off elements past their pointers (an output phase's views).
+    ALIGN divides the channel count, y_off and the position strides of x and y (_aligned)."""
+    if ALIGN > 1:
+        O, y_off = _aligned(O, ALIGN), _aligned(y_off, ALIGN)
+        sxn, sx1, sx2, sx3 = _aligned(sxn, ALIGN), _aligned(sx1, ALIGN), _aligned(sx2, ALIGN), _aligned(sx3, ALIGN)
+        syn, sy1, sy2, sy3 = _aligned(syn, ALIGN), _aligned(sy1, ALIGN), _aligned(sy2, ALIGN), _aligned(sy3, ALIGN)
     w_ptr += w_off
     y_ptr += y_off
     if CHANNELS_FASTEST:
@@ -250,7 +264,7 @@ def direct_wgrad_kernel(
     sdn, sd1, sd2, sd3, sdg, sdo,
     K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr, U: tl.constexpr,
     CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
-    COLS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_O: tl.constexpr,
+    COLS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_O: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """ws[chunk, (t1, t2, t3), c, o] = sum over the chunk's output positions r of
     dy[r, o] * x[(r*st + t*kd - lo) / idil, o // OG, c] for one (t1, t2, c) per program.
@@ -261,7 +275,12 @@ def direct_wgrad_kernel(
     and feeds every (output, tap) pair that reads it, resolved at compile time as in
     direct_fwd_kernel. Taps along the last axis are done in chunks of U (one accumulator per
     tap); positions are reduced once per chunk at the end. Partial sums per program go to
-    the workspace, summed afterwards in a fixed order (deterministic)."""
+    the workspace, summed afterwards in a fixed order (deterministic). ALIGN divides the
+    channel count and the position strides of x and dy (_aligned)."""
+    if ALIGN > 1:
+        O = _aligned(O, ALIGN)
+        sxn, sx1, sx2, sx3 = _aligned(sxn, ALIGN), _aligned(sx1, ALIGN), _aligned(sx2, ALIGN), _aligned(sx3, ALIGN)
+        sdn, sd1, sd2, sd3 = _aligned(sdn, ALIGN), _aligned(sd1, ALIGN), _aligned(sd2, ALIGN), _aligned(sd3, ALIGN)
     pid_t = tl.program_id(0)  # fastest: the taps of one chunk run together and share its tiles in L2
     c = pid_t % CG
     t2 = (pid_t // CG) % K2

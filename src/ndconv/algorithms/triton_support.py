@@ -54,6 +54,19 @@ def pow2_at_least(n: int, lo: int = 1, hi: int | None = None) -> int:
     return max(lo, p if hi is None else min(hi, p))
 
 
+def alignment_hint(values, cap: int) -> int:
+    """The largest power of two, at most ``cap``, that divides every one of ``values`` (1 where
+    16 divides them all). Triton learns an integer argument's divisibility only by 16, so a
+    kernel told this (as a constexpr) can still load vectors where channel counts are multiples
+    of 2-8 but not 16 (X3D's 54 and 108, MobileNetV3's 72 and 120)."""
+    if all(v % 16 == 0 for v in values):
+        return 1
+    align = cap
+    while align > 1 and any(v % align for v in values):
+        align //= 2
+    return max(1, align)
+
+
 def pad3(values, fill):
     """Per-axis values padded in front to three spatial axes (kernels are written for three)."""
     values = tuple(values)
