@@ -54,14 +54,15 @@ def test_stems_suite_loads():
 
 
 def test_depthwise_suite_loads():
-    """The depthwise suite: MobileNetV2's, EfficientNet-B0's and ConvNeXt's depthwise layers, all
-    three passes, every one taken by the depthwise algorithm."""
+    """The depthwise suite: MobileNetV2's, EfficientNet-B0's, ConvNeXt's and MobileNetV3's depthwise
+    layers and X3D's 3-D ones, all three passes, every one taken by the depthwise algorithm."""
     from ndconv.algorithms import depthwise
 
     cases = suites.load_suite("depthwise")
-    assert len(cases) == 20 and all(c.spec["passes"] == ["fwd", "dgrad", "wgrad"] for c in cases)
+    assert len(cases) == 33 and all(c.spec["passes"] == ["fwd", "dgrad", "wgrad"] for c in cases)
     assert all(depthwise.supports(c.problem("cpu"))[0] for c in cases)
-    assert {c.problem("cpu").kernel for c in cases} == {(3, 3), (5, 5), (7, 7)}
+    assert {c.problem("cpu").kernel for c in cases} == {(3, 3), (5, 5), (7, 7), (3, 3, 3)}
+    assert {c.model for c in cases if c.problem("cpu").in_channels % 16} == {"MobileNetV3-Large", "X3D-M"}
 
 
 def test_public_suite_is_the_shared_one():
