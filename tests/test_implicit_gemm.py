@@ -136,10 +136,12 @@ def test_gpu_defaults(monkeypatch):
             ((64, 14, 14, 208), 26, "grouped", "rows"), ((64, 28, 28, 104), 13, "grouped", "rows")):
         chosen = planner._choose(regnet(x_shape, groups).wgrad())
         assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (x_shape, chosen.reason)
-    # depthwise weight gradients: PyTorch's, but strided 5x5 ones over 14-28 rows (cuDNN's 10x slower)
+    # depthwise weight gradients: PyTorch's, but strided 5x5 ones over 14-28 rows (cuDNN's 10x
+    # slower) and 3-D ones (7-12x slower)
     depthwise_cases = {c.name: c for c in load_suite("depthwise")}
     for name, algorithm in (("effb0_dw5x5s2_14_c672", "depthwise"), ("effb0_dw5x5s2_56_c144", "native"),
-                            ("mbv2_dw3x3s2_28_c192", "native"), ("effb0_dw5x5_14_c672", "native")):
+                            ("mbv2_dw3x3s2_28_c192", "native"), ("effb0_dw5x5_14_c672", "native"),
+                            ("x3d_dw3x3x3_28_c108", "depthwise"), ("x3d_dw3x3x3s2_112_c54", "depthwise")):
         assert planner._choose(depthwise_cases[name].problem("cuda").wgrad()).name == algorithm, name
     narrow_rows = regnet((64, 7, 7, 912), 38)  # 7-wide rows, 24-wide groups: the rows kernel
     assert all(planner._choose(q).config.kernel == "rows" for q in (narrow_rows, narrow_rows.dgrad()))

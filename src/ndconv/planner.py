@@ -288,9 +288,10 @@ def _measured_first(p: ConvProblem) -> str | None:
 
     PyTorch's cuDNN (native) wins: weight gradients (the TMA kernel is within 0-25% of it on the
     dense ones, the gather kernel 1.2-4.9x slower), except 1-D depthwise ones (causal conv1d:
-    depthwise 64 us against 1.47 ms), strided 2-D depthwise ones of 5x5 kernels and more over
-    14- to 28-row inputs (depthwise.wgrad_wins: EfficientNet-B0's 5x5 stride 2 at 14x14 28.9
-    against 290 us) and 2-D and 3-D ones of at most 64 output channels with 3
+    depthwise 64 us against 1.47 ms), 3-D depthwise ones and strided 2-D depthwise ones of 5x5
+    kernels and more over 14- to 28-row inputs (depthwise.wgrad_wins: X3D's 3x3x3 layers 36-373
+    us against 0.24-3.4 ms, EfficientNet-B0's 5x5 stride 2 at 14x14 28.9 against 290 us) and
+    2-D and 3-D ones of at most 64 output channels with 3
     taps along the last axis, which the TMA kernel computes sharing each dy box across the 3 taps
     in 64 x 64 tiles (r50_3x3_56 42.0 against 51.1 us, conv3d_3x3x3 198 against 202-207; at 256
     channels, in 128 x 64 tiles, 40.5 against PyTorch's 37.0: PyTorch kept), and 2-D transposed

@@ -21,7 +21,8 @@ Triton cannot learn itself (MobileNetV3's 72 channels at 56x56: 28.5 against 50.
 Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
 both kernels' tiles measured on the H200 (tools/depthwise_sweep.py): causal conv1d 55 us
 forward and 64 us weight gradient (1.2x and 1.35x the HBM floor), dw3x3_56 45 us forward
-(PyTorch 58), dw7x7_56 102 us forward and 136 us weight gradient (PyTorch 143 and 129).
+(PyTorch 58), dw7x7_56 102 us forward and 136 us weight gradient (PyTorch 143 and 129),
+X3D's 3x3x3 layers 7-16x PyTorch in all three passes.
 """
 
 from __future__ import annotations
@@ -92,15 +93,18 @@ def supports(p):
 
 
 def wgrad_wins(p) -> bool:
-    """Whether the direct kernel is the GPU's choice for 2-D weight gradient ``p`` over PyTorch's:
-    strided convolutions with kernels of at least 25 taps over inputs 14 to 28 rows tall.
-    Measured on the H200 (bf16, batch 64, 144-960 channels, 2026-12-01, out/dw_wgrad_probe.py):
-    5x5 stride 2 at 14x14 17-34 us against PyTorch's 108-363 (EfficientNet-B0's 672 channels:
-    28.9 against 290), at 28x28 30-75 against 29-107; at 7x7 0.8-1.3x PyTorch's time, at 56x56
-    79.1 against 60.8 (the depthwise suite); 3x3 stride 2 from 0.74x to 1.48x, stride 1 0.59-1.15x
-    (PyTorch's kept)."""
-    if p.pass_ != "wgrad" or p.ndim != 2:
+    """Whether the direct kernel is the GPU's choice for 2-D or 3-D weight gradient ``p`` over
+    PyTorch's: every 3-D one, and 2-D strided ones with kernels of at least 25 taps over inputs
+    14 to 28 rows tall. Measured on the H200 (bf16): 2-D at batch 64, 144-960 channels
+    (2026-12-01, out/dw_wgrad_probe.py): 5x5 stride 2 at 14x14 17-34 us against PyTorch's
+    108-363 (EfficientNet-B0's 672 channels: 28.9 against 290), at 28x28 30-75 against 29-107;
+    at 7x7 0.8-1.3x PyTorch's time, at 56x56 79.1 against 60.8 (the depthwise suite); 3x3 stride
+    2 from 0.74x to 1.48x, stride 1 0.59-1.15x (PyTorch's kept). 3-D: X3D-M's 3x3x3 layers (the
+    depthwise suite, 2026-12-02), 37-371 us against PyTorch's 242-3462, 4.7-9.3x."""
+    if p.pass_ != "wgrad" or p.ndim == 1:
         return False
+    if p.ndim == 3:
+        return True
     stride, kernel, size = p.kernel_dilation, p.out_spatial, p.in_spatial  # the forward's
     return any(s > 1 for s in stride) and math.prod(kernel) >= 25 and all(14 <= s <= 28 for s in size)
 
@@ -193,6 +197,14 @@ def default_config(p) -> Config:
     gradient, in two runs of one process; on 112 rows, padded 2% by 3, 4 rows measured slower,
     39.1 against 37.0).
 
+    3-D (X3D-M's 3x3x3 layers in the depthwise suite, twenty-ninth session; each against the
+    old default in one process): strips of 2 rows where rows are consecutive, not 3 (three
+    kernel planes' rows unrolled for 3 rows took 255 registers and spilled: 56x56 108.7 against
+    144.2 us), flat strips by the 2-D rule (28x28 51.3 against 76.8 us, 14x14 25.0 against
+    48.8, strided to 28x28 89.4 against 98.3), and input gradients of strided ones by output
+    phase, 3x3x3 too (359 against 535 us from 112x112, 37.3 against 69.6 at 14x14; in 2-D
+    phases lose on 3x3 kernels, above): 7.6-15.6x PyTorch's cuDNN forward and input gradient
+    (its 3-D depthwise kernels are slow: 0.13-2.9 ms).
 
     Weight gradient: channel blocks of up to 64 (the largest power of two dividing the
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
@@ -214,12 +226,10 @@ def default_config(p) -> Config:
     config = Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
                     vector=4, rows=_short_kernel_rows(p) if short else 1,
                     max_registers=THREE_CTAS_OF_4_WARPS if capped else 0,
-                    phases=not short and p.ndim == 2 and phases_reason(p) is None)
-    if p.ndim != 2:
-        return config
+                    phases=(p.ndim == 3 or not short) and phases_reason(p) is None)
     consecutive = short and _consecutive_rows(p)
     undilated = all(d == 1 for d in p.input_dilation)
-    if consecutive and undilated and _tile_share(p, config) < FOUR_ROWS_BELOW_SHARE:
+    if p.ndim == 2 and consecutive and undilated and _tile_share(p, config) < FOUR_ROWS_BELOW_SHARE:
         four = replace(config, rows=4)
         config = four if _tile_share(p, four) > _tile_share(p, config) else config
     if _tile_share(p, config) < FLAT_BELOW_SHARE:
@@ -269,10 +279,11 @@ def _consecutive_rows(p) -> bool:
 
 
 def _short_kernel_rows(p) -> int:
-    """Output rows per strip for kernels of at most 3 taps an axis (their rows unrolled): 3 where
-    consecutive output rows read consecutive input rows, 4 for 2-D strided rows, else 1."""
+    """Output rows per strip for kernels of at most 3 taps an axis (their rows unrolled): where
+    consecutive output rows read consecutive input rows 3 in 2-D and 2 in 3-D (whose strips of
+    3 spill: three kernel planes' rows unrolled), 4 for 2-D strided rows, else 1."""
     if _consecutive_rows(p):
-        return 3
+        return 3 if p.ndim == 2 else 2
     return 4 if p.ndim == 2 else 1
 
 
