@@ -11,7 +11,7 @@ gradient's in one [K3P] axis.
 import triton
 import triton.language as tl
 
-from .kernel_utils import input_index, split_rows
+from .kernel_utils import aligned, input_index, split_rows
 
 
 @triton.jit
@@ -26,14 +26,6 @@ def _lanes(block, O, OG: tl.constexpr, INT64: tl.constexpr, BLOCK_O: tl.constexp
     if INT64:
         g = g.to(tl.int64)
     return g, offs_o % OG, offs_o < O
-
-
-@triton.jit
-def _aligned(v, ALIGN: tl.constexpr):
-    """``v``, which the launcher found to be a multiple of ALIGN, written so that Triton knows it
-    (it learns an argument's divisibility only by 16): with position strides and the channel
-    count multiples of ALIGN, ALIGN lanes load and store as one vector."""
-    return v // ALIGN * ALIGN
 
 
 @triton.jit
@@ -184,11 +176,11 @@ def direct_fwd_kernel(
     With CHANNELS_FASTEST the channel blocks of one tile are consecutive programs (a 1-D
     grid), so they run together and read whole channel rows of the input from HBM. The weight and
     the output start w_off and y_off elements past their pointers (an output phase's views).
-    ALIGN divides the channel count, y_off and the position strides of x and y (_aligned)."""
+    ALIGN divides the channel count, y_off and the position strides of x and y (kernel_utils.aligned)."""
     if ALIGN > 1:
-        O, y_off = _aligned(O, ALIGN), _aligned(y_off, ALIGN)
-        sxn, sx1, sx2, sx3 = _aligned(sxn, ALIGN), _aligned(sx1, ALIGN), _aligned(sx2, ALIGN), _aligned(sx3, ALIGN)
-        syn, sy1, sy2, sy3 = _aligned(syn, ALIGN), _aligned(sy1, ALIGN), _aligned(sy2, ALIGN), _aligned(sy3, ALIGN)
+        O, y_off = aligned(O, ALIGN), aligned(y_off, ALIGN)
+        sxn, sx1, sx2, sx3 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN), aligned(sx3, ALIGN)
+        syn, sy1, sy2, sy3 = aligned(syn, ALIGN), aligned(sy1, ALIGN), aligned(sy2, ALIGN), aligned(sy3, ALIGN)
     w_ptr += w_off
     y_ptr += y_off
     if CHANNELS_FASTEST:
@@ -276,11 +268,11 @@ def direct_wgrad_kernel(
     direct_fwd_kernel. Taps along the last axis are done in chunks of U (one accumulator per
     tap); positions are reduced once per chunk at the end. Partial sums per program go to
     the workspace, summed afterwards in a fixed order (deterministic). ALIGN divides the
-    channel count and the position strides of x and dy (_aligned)."""
+    channel count and the position strides of x and dy (kernel_utils.aligned)."""
     if ALIGN > 1:
-        O = _aligned(O, ALIGN)
-        sxn, sx1, sx2, sx3 = _aligned(sxn, ALIGN), _aligned(sx1, ALIGN), _aligned(sx2, ALIGN), _aligned(sx3, ALIGN)
-        sdn, sd1, sd2, sd3 = _aligned(sdn, ALIGN), _aligned(sd1, ALIGN), _aligned(sd2, ALIGN), _aligned(sd3, ALIGN)
+        O = aligned(O, ALIGN)
+        sxn, sx1, sx2, sx3 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN), aligned(sx3, ALIGN)
+        sdn, sd1, sd2, sd3 = aligned(sdn, ALIGN), aligned(sd1, ALIGN), aligned(sd2, ALIGN), aligned(sd3, ALIGN)
     pid_t = tl.program_id(0)  # fastest: the taps of one chunk run together and share its tiles in L2
     c = pid_t % CG
     t2 = (pid_t // CG) % K2

@@ -47,6 +47,7 @@ from . import implicit_gemm, native
 from .triton_support import (
     INTERPRET,
     BoundLaunch,
+    alignment_hint,
     allocating,
     cdiv,
     group_channels,
@@ -562,7 +563,8 @@ def _rows_launch(p, x, w, out, config: Config):
     meta = dict(K1=K1, K2=K2, CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, EVEN=even,
                 FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, IMGS=images,
                 PRECISION=_precision(p), UPCAST=INTERPRET, num_warps=config.num_warps,
-                num_stages=config.num_stages)
+                num_stages=config.num_stages,
+                ALIGN=alignment_hint((*sx[:3], *sy[:3]), 16 // x.element_size()))
     return grouped_rows_fwd_kernel, (programs * strips,), args, meta
 
 
@@ -590,7 +592,8 @@ def _rows_wgrad_launch(p, x, dy, ws, config: Config):
     meta = dict(K1=K1, K2=K2, TK=pow2_at_least(K1), TN=pow2_at_least(K2), CG=cg, OG=og, BG=bg, BCI=bci,
                 BCO=bco, EVEN=even, INT64=needs_int64(x, dy), BLOCK_W=block_w, IMGS=images,
                 PRECISION=_precision(p), UPCAST=INTERPRET, num_warps=config.num_warps,
-                num_stages=config.num_stages)
+                num_stages=config.num_stages,
+                ALIGN=alignment_hint((*sx[:3], *sd[:3]), 16 // x.element_size()))
     return grouped_rows_wgrad_kernel, (programs * strips,), args, meta
 
 

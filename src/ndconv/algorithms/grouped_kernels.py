@@ -17,7 +17,7 @@ K1 * K2 times.
 import triton
 import triton.language as tl
 
-from .kernel_utils import dot, input_index, split_rows
+from .kernel_utils import aligned, dot, input_index, split_rows
 
 
 @triton.jit
@@ -133,6 +133,7 @@ def grouped_rows_fwd_kernel(
     CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
     EVEN: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
     BLOCK_W: tl.constexpr, IMGS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """y[n, i, j, g, o] = sum_{t1, t2, c < CG} x[n, i + t1 - LO1, j + t2 - LO2, g, c] * w[g, o, t1, t2, c]
     (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W (image, column) lanes and BG
@@ -140,7 +141,11 @@ def grouped_rows_fwd_kernel(
     each and multiplied into the K1 accumulators of the output rows that read them (acc[k] holds
     output row r0 + u - k, through kernel row k); then output row r0 + u - (K1 - 1) is complete,
     is stored, and the accumulators roll down one row. The K1*K2 block-diagonal weights
-    [BCI, BCO] stay in registers for the whole strip."""
+    [BCI, BCO] stay in registers for the whole strip. ALIGN divides the position strides
+    (kernel_utils.aligned)."""
+    if ALIGN > 1:
+        sxn, sx1, sx2 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN)
+        syn, sy1, sy2 = aligned(syn, ALIGN), aligned(sy1, ALIGN), aligned(sy2, ALIGN)
     cb, _, r0, n, cols, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
     _, _, mask_ci = _channels(cb, G, CG, BG, BCI, EVEN)
     _, _, mask_co = _channels(cb, G, OG, BG, BCO, EVEN)
@@ -183,6 +188,7 @@ def grouped_rows_wgrad_kernel(
     CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
     EVEN: tl.constexpr, INT64: tl.constexpr,
     BLOCK_W: tl.constexpr, IMGS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """ws[chunk, g, o, t1, t2, c] = sum over the chunk's STRIP output rows r and BLOCK_W columns j
     of dy[n, r, j, g, o] * x[n, r + t1 - LO1, j + t2 - LO2, g, c] (the weight gradient of a
@@ -192,7 +198,11 @@ def grouped_rows_wgrad_kernel(
     [BLOCK_W, (t1, o)] (rows of dy come from L2 K1 times): one tensor-core product
     [(t1, o), (t2, c)] per input row, both operands copied asynchronously into the shared memory
     the product reads. Only the diagonal blocks (same group, real taps) are stored; the chunks
-    are summed afterwards in a fixed order."""
+    are summed afterwards in a fixed order. ALIGN divides the position strides
+    (kernel_utils.aligned)."""
+    if ALIGN > 1:
+        sxn, sx1, sx2 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN)
+        sdn, sd1, sd2 = aligned(sdn, ALIGN), aligned(sd1, ALIGN), aligned(sd2, ALIGN)
     cb, chunk, r0, n, cols, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
     x_lane = tl.arange(0, TN * BCI)  # (column tap, input lane)
     t2 = x_lane // BCI

@@ -15,6 +15,15 @@ def split_rows(rows, S1, S2, S3):
 
 
 @triton.jit
+def aligned(v, ALIGN: tl.constexpr):
+    """``v``, which the launcher found to be a multiple of ALIGN (triton_support.alignment_hint),
+    written so that Triton knows it (it learns an argument's divisibility only by 16): with
+    position strides and channel counts multiples of ALIGN, ALIGN lanes load and store as one
+    vector."""
+    return v // ALIGN * ALIGN
+
+
+@triton.jit
 def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """acc + a @ b. UPCAST: Triton's interpreter computes half-precision dots wrongly; the GPU
     never upcasts."""
