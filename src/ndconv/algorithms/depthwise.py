@@ -57,7 +57,8 @@ _UNROLLED_ROWS_MAX = 9
 # Registers per thread at which three CTAs of 4 warps fit an SM's 64K (168 x 128 x 3 = 64512).
 THREE_CTAS_OF_4_WARPS = 168
 # 2-D forwards: strips of 3 rows become 4 where the tiles of 3 hold fewer useful outputs than
-# FOUR_ROWS_BELOW_SHARE; tiles of one image become flat strips below FLAT_BELOW_SHARE (_tile_share).
+# FOUR_ROWS_BELOW_SHARE; 2-D and 3-D: tiles of one image become flat strips below
+# FLAT_BELOW_SHARE (_tile_share).
 FOUR_ROWS_BELOW_SHARE = 0.95
 FLAT_BELOW_SHARE = 0.9
 
