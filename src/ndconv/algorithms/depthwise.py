@@ -101,7 +101,7 @@ def wgrad_wins(p) -> bool:
     108-363 (EfficientNet-B0's 672 channels: 28.9 against 290), at 28x28 30-75 against 29-107;
     at 7x7 0.8-1.3x PyTorch's time, at 56x56 79.1 against 60.8 (the depthwise suite); 3x3 stride
     2 from 0.74x to 1.48x, stride 1 0.59-1.15x (PyTorch's kept). 3-D: X3D-M's 3x3x3 layers (the
-    depthwise suite, 2026-12-02), 37-371 us against PyTorch's 242-3462, 4.7-9.3x."""
+    depthwise suite, 2026-12-02), 36-373 us against PyTorch's 243-3387, 6.9-12.2x."""
     if p.pass_ != "wgrad" or p.ndim == 1:
         return False
     if p.ndim == 3:
@@ -230,10 +230,12 @@ def default_config(p) -> Config:
                     phases=(p.ndim == 3 or not short) and phases_reason(p) is None)
     consecutive = short and _consecutive_rows(p)
     undilated = all(d == 1 for d in p.input_dilation)
-    if p.ndim == 2 and consecutive and undilated and _tile_share(p, config) < FOUR_ROWS_BELOW_SHARE:
+    share = _tile_share(p, config)
+    if p.ndim == 2 and consecutive and undilated and share < FOUR_ROWS_BELOW_SHARE:
         four = replace(config, rows=4)
-        config = four if _tile_share(p, four) > _tile_share(p, config) else config
-    if _tile_share(p, config) < FLAT_BELOW_SHARE:
+        if _tile_share(p, four) > share:
+            config, share = four, _tile_share(p, four)
+    if share < FLAT_BELOW_SHARE:
         config = replace(config, flat=True, rows=2 if consecutive else 1)
     return config
 
