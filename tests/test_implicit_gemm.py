@@ -222,6 +222,29 @@ TMA_CASES = [  # (x, w, conv_general arguments): tiny, channel rows of 16 bytes 
     pytest.param((2, 13, 16), (8, 3, 16), dict(padding=([2], [0]), kernel_dilation=2), id="1d_causal_kdil"),
     pytest.param((1, 4, 5, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
+def test_stems_over_pairs_of_outputs_where_the_reduction_stays():
+    from ndconv.api import make_problem
+
+    def pairs(x, w, dtype=torch.bfloat16, **args):
+        return implicit_gemm._output_pairs(make_problem(x, w, dtype=dtype, device="cpu", **args))
+
+    stem = make_problem((64, 224, 224, 3), (64, 7, 7, 3), dtype=torch.bfloat16, device="cpu", stride=2, padding=3)
+    r = implicit_gemm._output_pairs(stem)  # windows of 5 blocks of 12 channels, 60 of 64, every 24 elements
+    assert r.x_shape == (64, 115, 56, 64) and r.w_shape == (128, 4, 1, 64) and r.out_shape == (64, 112, 56, 128)
+    assert implicit_gemm.tma_route(stem) == (
+        " over a space-to-depth copy of the input, pairs of outputs along the last axis as one row")
+    assert implicit_gemm._space_to_depth_copies(stem, True) == (
+        ((115, 116), (2, 2), (3, 3), 3), (((4, 16), (2, 2), (0, 0), 3), ((4, 16), (2, 2), (0, 2), 3)),
+        (2, 64, 4, 16, 12))  # weight rows of 16 blocks: 384 bytes, whole 128-byte lines
+    assert pairs((2, 17, 20, 3), (8, 7, 7, 3), stride=2, padding=3) is not None  # SPACE_TO_DEPTH_CASES' pairs
+    assert pairs((2, 32, 32, 1), (8, 7, 7, 1), stride=2, padding=3).w_shape == (16, 4, 1, 32)  # 20 of 32
+    assert pairs((64, 224, 224, 3), (64, 7, 7, 3), torch.float32, stride=2, padding=3) is None  # 64 > 4 x 12
+    assert pairs((2, 32, 32, 3), (8, 3, 3, 3), stride=2, padding=1) is None  # 3 blocks of 12 (64) > 2 x 16
+    assert pairs((2, 32, 32, 4), (8, 7, 7, 4), stride=2, padding=3) is None  # 5 x 16 (128) > 4 x 16
+    assert pairs((2, 32, 29, 3), (8, 7, 7, 3), stride=2, padding=3) is None  # 15 outputs wide: no pairs
+    assert pairs((2, 32, 31, 3), (8, 7, 7, 3), stride=2, padding=3).out_shape == (2, 16, 8, 16)
+
+
 TMA_CONFIGS = (Config(32, 16, 16, 4, 2, tma=True, tma_store=True),
                Config(16, 32, 16, 4, 3, tma=True, box_h=2, box_w=4))
 
@@ -727,7 +750,9 @@ def test_tap_fold_only_where_it_halves_the_reduction_steps():
 SPACE_TO_DEPTH_CASES = [  # strided, at most 4 input channels: stride-1 problems over a space-to-depth copy
     pytest.param((2, 9, 10, 3), (16, 3, 3, 3), dict(stride=2, padding=1), id="3x3s2_stem"),
     pytest.param((1, 13, 12, 3), (16, 7, 7, 3), dict(stride=2, padding=([3, 2], [3, -1]), flip=True),
-                 id="7x7s2_stem_asym_flip"),
+                 id="7x7s2_stem_asym_flip"),  # in half precision over pairs of outputs (_output_pairs)
+    pytest.param((2, 17, 20, 3), (8, 7, 7, 3), dict(stride=2, padding=3), id="7x7s2_stem_pairs"),
+    pytest.param((1, 11, 9, 1), (8, 7, 7, 1), dict(stride=2, padding=3), id="7x7s2_gray_odd_width"),
     pytest.param((2, 8, 8, 3), (16, 4, 4, 3), dict(stride=4), id="patchify"),
     pytest.param((2, 11, 4), (16, 4, 4), dict(stride=2, padding=([2], [1])), id="1d_k4s2"),
     pytest.param((1, 4, 6, 5, 2), (16, 4, 4, 4, 2), dict(stride=2, padding=1), id="3d"),
@@ -790,8 +815,8 @@ def test_space_to_depth_shapes_and_refusals():
     assert q.x_shape == (64, 115, 115, 16) and q.w_shape == (64, 4, 4, 16) and q.out_shape == (64, 112, 112, 64)
     assert implicit_gemm._tap_fold(q).x_shape == (64, 115, 112, 64)  # then 4 row taps of 64 channels
     assert s2d((2, 224, 224, 3), (768, 16, 16, 3), stride=16).w_shape == (768, 1, 1, 768)  # ViT patches: a GEMM
-    assert implicit_gemm.tma_route(make_problem((64, 224, 224, 3), (64, 7, 7, 3), dtype=torch.bfloat16,
-                                                device="cpu", stride=2, padding=3)) == (
+    assert implicit_gemm.tma_route(make_problem((64, 224, 224, 4), (64, 7, 7, 4), dtype=torch.bfloat16,
+                                                device="cpu", stride=2, padding=3)) == (  # RGBA: no pairs
         " over a space-to-depth copy of the input, the last axis's taps folded into the channels")
     assert "at most 4" in s2d((1, 8, 8, 16), (16, 3, 3, 16), stride=2, padding=1)
     assert "triple" in s2d((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # 1 channel padded to 8 of 16-byte rows
@@ -888,8 +913,8 @@ def test_tma_config_tiles():
     assert config((16, 3000, 768), (768, 3, 768), padding=1) == Config(128, 256, 64, 8, 3, tma=True, rows=True)
     assert config((2, 8, 8, 80), (64, 3, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels
     config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
-    stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, taps folded
-    assert (stem.block_m, stem.block_n, stem.block_k, stem.num_stages, stem.persistent) == (128, 64, 64, 3, 0)
+    stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, pairs of outputs
+    assert (stem.block_m, stem.block_n, stem.block_k, stem.num_stages, stem.persistent) == (128, 128, 64, 2, 0)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

@@ -1373,7 +1373,7 @@ def _stride1_problem(p):
         return p
     if any(s > 1 for s in p.stride):
         fold = _fold(p)
-        q = fold.q if isinstance(fold, Fold) else _space_to_depth(p)
+        q = fold.q if isinstance(fold, Fold) else _output_pairs(p) or _space_to_depth(p)
         if isinstance(q, str):
             return p
         p = q
@@ -1591,6 +1591,8 @@ def tma_route(p) -> str:
         parts += ["stepping rows by the stride"] if any(a[0] == "row" for a in fold.axes) else []
         return " over a view " + ", ".join(parts)
     if runner is _run_space_to_depth:
+        if _output_pairs(p):
+            return " over a space-to-depth copy of the input, pairs of outputs along the last axis as one row"
         return " over a space-to-depth copy of the input" + (taps if _tap_fold(_space_to_depth(p)) else "")
     return taps + " (a padded copy)" if runner is _run_tap_folded else ""
 
@@ -1600,27 +1602,31 @@ def takes_space_to_depth(p) -> bool:
     return tma_runner(p) is _run_space_to_depth and fold_reason(p) is None
 
 
-def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int) -> torch.Tensor:
+def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int, y: torch.Tensor | None = None) -> torch.Tensor:
     """x [N, *S, C] padded by ``lo`` per axis (negative crops) and with zeros past its end, its
     channels zero-padded to ``channels``, as [N, *blocks, prod(stride)*channels]: position b of
     an axis of stride s holds the padded rows b*s .. b*s + s - 1, channels ordered (row phase
     per axis, channel). One Triton pass: on the stem's 19 MB input, F.pad took 41 us and F.pad
-    then the permuted copy 80 us on the H200 (the weight's copy, tiny, is one too)."""
+    then the permuted copy 80 us on the H200 (the weight's copy, tiny, is one too). Written
+    into ``y`` where given (contiguous, as many elements; part of a larger buffer)."""
     from .implicit_gemm_kernels import padded_blocks_kernel
 
     if x.stride(-1) != 1:
         x = x.contiguous()
-    y, (grid, args, meta) = padded_blocks_launch(x, blocks, stride, lo, channels)
+    y, (grid, args, meta) = padded_blocks_launch(x, blocks, stride, lo, channels, y)
     padded_blocks_kernel[grid](*args, **meta)
     return y
 
 
-def padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int):
-    """padded_blocks' result, new (on x's device: meta for a prepared launch), and the (grid,
-    args, meta) of its copy of x (channels contiguous)."""
+def padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int, y: torch.Tensor | None = None):
+    """padded_blocks' result (new, on x's device: meta for a prepared launch; or ``y``) and the
+    (grid, args, meta) of its copy of x (channels contiguous)."""
     D, C, N = len(stride), x.shape[-1], x.shape[0]
     width = math.prod(stride) * channels
-    y = torch.empty((N, *blocks, width), dtype=x.dtype, device=x.device)
+    if y is None:
+        y = torch.empty((N, *blocks, width), dtype=x.dtype, device=x.device)
+    elif not y.is_contiguous() or y.numel() != N * math.prod(blocks) * width:
+        raise ValueError(f"padded_blocks: y must be contiguous with {N * math.prod(blocks) * width} elements")
     rows = N * math.prod(blocks)
     cols = pow2_at_least(width)
     block_r = max(1, min(128, 4096 // cols))
@@ -1629,11 +1635,55 @@ def padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int):
     return y, ((cdiv(rows, block_r),), args, dict(num_warps=4))
 
 
-def _space_to_depth_copies(p, q):
-    """padded_blocks' (blocks, stride, lo, channels) of the input's and of the weight's copy for
-    ``q``, the space-to-depth problem of ``p`` (the weight's taps past the kernel: zero)."""
-    channels = q.in_channels // math.prod(p.stride)
-    return (q.in_spatial, p.stride, p.padding_lo, channels), (q.kernel, p.stride, (0,) * p.ndim, channels)
+@lru_cache(maxsize=256)
+def _output_pairs(p):
+    """Stem ``p``'s space-to-depth problem with each pair of outputs along the last axis as one
+    output row of twice the channels, or None where that would lengthen its reduction.
+
+    Over a copy whose channels are not padded (12 for RGB at stride 2x2), the output pair j
+    reads the blocks 2j .. 2j + taps of the last axis: (taps + 1) * 12 contiguous elements, a
+    window starting every 2 * 12 (48 bytes in half precision: TMA's 16-byte rule), padded to a
+    power of two (the weight zero there). Where that power of two is no longer than today's
+    folded taps (``_tap_fold``: r50_stem_7x7s2's 4 taps of 16 channels, 64; its pair, 5 blocks
+    of 12, 64) the MACs are the same over half the rows and twice the output channels, so each
+    window is read from L2 once for two outputs (H200, bf16: the stem 100.6-103.1 -> 92.5-92.9
+    us with its three copies, the GEMM alone 75 us). The output [N, *SO, O] is [N, *SO[:-1],
+    SO[-1] / 2, 2 * O] as a view: the weight's rows are (output of the pair, o), the second's
+    taps shifted by one block."""
+    q = _space_to_depth(p)
+    if isinstance(q, str) or _tap_fold(q) is None or p.out_spatial[-1] % 2:
+        return None
+    block = math.prod(p.stride) * p.in_channels
+    width = pow2_at_least((q.kernel[-1] + 1) * block)
+    if width > _tap_fold(q).in_channels or (2 * block * p.dtype.itemsize) % 16:
+        return None
+    return replace(q, x_shape=(p.batch, *q.in_spatial[:-1], p.out_spatial[-1] // 2, width),
+                   w_shape=(2 * p.out_channels, *q.kernel[:-1], 1, width))
+
+
+def _space_to_depth_copies(p, pairs: bool):
+    """padded_blocks' (blocks, stride, lo, channels) of the input's copy for stem ``p``, those
+    of the weight's (one per part of its buffer: two, for the outputs of a pair, with
+    ``pairs``), and the weight buffer's shape. Without pairs the channels are padded to 16-byte
+    rows and the weight's taps past the kernel are zero; with them the channels are the
+    input's, the input has enough blocks for the last window and each weight row of a pair is
+    the blocks of its window (the second shifted by one block), zero past them to a multiple of
+    128 bytes: rows of 72 elements (6 blocks of 12), which the kernel's 128-byte boxes read
+    across two L2 lines, made r50_stem_7x7s2 17 us slower (H200)."""
+    C, stride, D = p.in_channels, p.stride, p.ndim
+    if pairs:
+        r = _output_pairs(p)
+        block = math.prod(stride) * C
+        span = cdiv(r.in_channels, block)  # blocks a window touches
+        x_blocks = (*r.in_spatial[:-1], 2 * (r.in_spatial[-1] - 1) + span)
+        line = 128 // math.gcd(128, block * p.dtype.itemsize)  # blocks in a whole number of 128-byte lines
+        w_blocks = (*r.kernel[:-1], cdiv(span, line) * line)
+        w_copies = tuple((w_blocks, stride, (0,) * (D - 1) + (shift,), C) for shift in (0, stride[-1]))
+        return (x_blocks, stride, p.padding_lo, C), w_copies, (2, p.out_channels, *w_blocks, block)
+    q = _space_to_depth(p)
+    channels = q.in_channels // math.prod(stride)
+    return ((q.in_spatial, stride, p.padding_lo, channels), ((q.kernel, stride, (0,) * D, channels),),
+            (p.out_channels, *q.kernel, q.in_channels))
 
 
 def _last_axis_padded(p):
@@ -1649,28 +1699,45 @@ def _tap_windows(x: torch.Tensor, shape) -> torch.Tensor:
     return x.as_strided(shape, (*x.stride()[:-2], x.shape[-1], 1))
 
 
-def _space_to_depth_operands(q, xs: torch.Tensor, ws: torch.Tensor):
-    """The problem the TMA kernel runs for space-to-depth problem ``q`` and its operands over
-    the copies xs, ws: q's last-axis taps folded into the channels where that pays (q has no
-    padding, so the windows need no copy)."""
+def _space_to_depth_operands(p, pairs: bool, xs: torch.Tensor, ws: torch.Tensor, out: torch.Tensor):
+    """The problem the TMA kernel runs for stem ``p`` and its natural operands (x, w, out) over
+    the copies xs, ws (``_space_to_depth_copies``) and the output [N, *SO, O]: with ``pairs``
+    the windows of pairs of outputs, the weight's rows and the output as ``_output_pairs``
+    says; else the space-to-depth problem, its last axis's taps folded into the channels where
+    that pays (it has no padding, so the windows need no copy)."""
+    if pairs:
+        r = _output_pairs(p)
+        x = xs.as_strided(r.x_shape, (*xs.stride()[:-2], 2 * xs.shape[-1], 1))
+        w = ws.view(r.out_channels, *r.kernel[:-1], -1)[..., :r.in_channels].unsqueeze(-2)
+        return r, x, w, out.as_strided(r.out_shape, (*out.stride()[:-2], 2 * out.stride(-2), out.stride(-1)))
+    q = _space_to_depth(p)
     f = _tap_fold(q)
     if f is None:
-        return q, xs, ws
-    return f, _tap_windows(xs, f.x_shape), ws.view(f.w_shape)
+        return q, xs, ws, out
+    return f, _tap_windows(xs, f.x_shape), ws.view(f.w_shape), out
+
+
+def _takes_pairs(p, out: torch.Tensor) -> bool:
+    """Whether stem ``p`` runs as ``_output_pairs`` into ``out`` [N, *SO, O] (its pairs of
+    positions one row of 2 * O: channels contiguous after positions)."""
+    return _output_pairs(p) is not None and out.stride(-2) == p.out_channels * out.stride(-1)
 
 
 def _run_space_to_depth(p, x, w, out, config: Config) -> bool:
     """Strided ``p`` (grouped views, groups == 1) as its ``_space_to_depth`` problem on the TMA
-    path (stride 1, taps folded where that pays); False (nothing launched) where that does not
-    take these tensors."""
-    q = _space_to_depth(p)
-    if isinstance(q, str):
+    path (stride 1; pairs of outputs, or taps folded, where that pays); False (nothing
+    launched) where that does not take these tensors."""
+    if isinstance(_space_to_depth(p), str):
         return False
     x, w, out = x.squeeze(-2), w[0], out.squeeze(-2)  # natural [N, *S, C], [O, *K, C], [N, *SO, O]
-    x_copy, w_copy = _space_to_depth_copies(p, q)
+    pairs = _takes_pairs(p, out)
+    x_copy, w_copies, w_shape = _space_to_depth_copies(p, pairs)
     wf = w.flip(tuple(range(1, p.ndim + 1))) if p.flip else w
-    r, xs, ws = _space_to_depth_operands(q, padded_blocks(x, *x_copy), padded_blocks(wf, *w_copy))
-    return _run_tma(r, *r.views(xs, ws, out), config)
+    ws = torch.empty(w_shape, dtype=w.dtype, device=w.device)
+    for part, w_copy in zip(ws.view(len(w_copies), -1), w_copies):
+        padded_blocks(wf, *w_copy, y=part)
+    r, *views = _space_to_depth_operands(p, pairs, padded_blocks(x, *x_copy), ws, out)
+    return _run_tma(r, *r.views(*views), config)
 
 
 def _run_tap_folded(p, x, w, out, config: Config) -> bool:
@@ -1703,37 +1770,41 @@ def _prepare_copying(p, config: Config):
         return torch.empty(shape, device="meta", dtype=p.dtype)
 
     x, w, out = meta(p.x_shape), meta(p.w_shape), meta(p.result_shape)
-    xs, ws = x, w  # the kernel's operands: copies, or the natural operands themselves
-    copy_x = copy_w = None  # (grid, args, meta) of a copy's launch
+    copies = []  # (operand 0 or 1, its copy's shape, (grid, args, meta) of each launch writing a part of it)
     if tma_runner(p) is _run_space_to_depth:
-        q = _space_to_depth(p)
-        if isinstance(q, str):
+        if isinstance(_space_to_depth(p), str):
             return None
-        x_copy, w_copy = _space_to_depth_copies(p, q)
-        (xs, copy_x), (ws, copy_w) = padded_blocks_launch(x, *x_copy), padded_blocks_launch(w, *w_copy)
-        r, x_view, w_view = _space_to_depth_operands(q, xs, ws)
+        pairs = _takes_pairs(p, out)
+        x_copy, w_copies, w_shape = _space_to_depth_copies(p, pairs)
+        xs, copy_x = padded_blocks_launch(x, *x_copy)
+        ws = meta(w_shape)
+        parts = ws.view(len(w_copies), -1)
+        copies = [(0, xs.shape, [copy_x]),
+                  (1, w_shape, [padded_blocks_launch(w, *c, y=part)[1] for c, part in zip(w_copies, parts)])]
+        r, *views = _space_to_depth_operands(p, pairs, xs, ws, out)
     else:
-        r = _tap_fold(p)
+        r, xs = _tap_fold(p), x
         if p.padding_lo[-1] or p.padding_hi[-1]:
             xs, copy_x = padded_blocks_launch(x, *_last_axis_padded(p))
-        x_view, w_view = _tap_windows(xs, r.x_shape), w.view(r.w_shape)
-    views = r.views(x_view, w_view, out)
+            copies = [(0, xs.shape, [copy_x])]
+        views = _tap_windows(xs, r.x_shape), w.view(r.w_shape), out
+    views = r.views(*views)
     launch, empty = _tma_launch(r, *views, config)
     if launch is None or empty or launch[1][1].base is not views[1]:
         return None
     gemm = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
-    copies = tuple(None if c is None else (BoundLaunch(padded_blocks_kernel, *c, operands=(src, dst)), dst.shape)
-                   for c, src, dst in zip((copy_x, copy_w), (x, w), (xs, ws)))
+    # each launch bound to its source and its part of the copy (the i-th of equal parts)
+    copies = [(i, shape, [BoundLaunch(padded_blocks_kernel, *c, operands=(c[1][0], c[1][1])) for c in launches])
+              for i, shape, launches in copies]
     shape, dtype = p.result_shape, p.dtype
 
     def call(a, b):
         out = torch.empty(shape, dtype=dtype, device=a.device)
         operands = [a, b]
-        for i, copy in enumerate(copies):
-            if copy is not None:
-                bound, copy_shape = copy
-                operands[i] = torch.empty(copy_shape, dtype=dtype, device=a.device)
-                bound((a, b)[i], operands[i])
+        for i, copy_shape, bound in copies:
+            operands[i] = torch.empty(copy_shape, dtype=dtype, device=a.device)
+            for launch, part in zip(bound, operands[i].view(len(bound), -1) if len(bound) > 1 else operands[i:i + 1]):
+                launch((a, b)[i], part)
         if operands[0].data_ptr() % 16 or operands[1].data_ptr() % 16:  # TMA's rule: run's gather path
             run(p, *p.views(a, b, out), config)
         else:
