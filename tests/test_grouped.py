@@ -183,6 +183,41 @@ def test_rows_kernel_matches_reference(case, pass_, config):
         testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {forced}")
 
 
+@pytest.mark.parametrize("cols", [2, 3])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
+@pytest.mark.parametrize("case", ROWS_CASES.values(), ids=ROWS_CASES.keys())
+def test_rows_kernel_with_several_columns_a_lane(case, pass_, cols):
+    """Each lane computes ``cols`` consecutive output columns from K2 + cols - 1 shared input
+    tiles (the default for 4-wide groups over rows at least 56 wide: rows_config); the last
+    lane's columns past the row are masked."""
+    x, w, args = case
+    for dtype in (torch.float32, torch.bfloat16):
+        p = for_pass(make_problem(x, w, dtype=dtype, device=DEVICE, **args), pass_)
+        config = Config("rows", tile_w=4, images=2, strip=3, num_stages=3, cols=cols)
+        report = testing.check("grouped", p, seed=cols, config=config)
+        assert report.ok, f"{config} on {p}: {report}"
+    a, b = testing.random_operands(p, 2, device=DEVICE)
+    out = prepared_call(grouped, p, config)(a, b)  # its bound launch, as a cached call runs it
+    testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {config}")
+
+
+def test_rows_kernel_two_columns_a_lane_by_default_on_4_wide_groups_over_wide_rows():
+    def config(x_shape, w_shape, groups, pass_="fwd"):
+        p = for_pass(make_problem(x_shape, w_shape, padding=1, groups=groups, dtype=torch.bfloat16,
+                                  device=DEVICE), pass_)
+        return grouped.rows_config(p)
+
+    g32 = config((64, 56, 56, 128), (128, 3, 3, 4), 32)  # grouped3x3_g32: 28 lanes of pairs, 2 images
+    assert (g32.cols, g32.tile_w, g32.images) == (2, 32, 2)
+    assert config((64, 56, 56, 128), (128, 3, 3, 4), 32, "dgrad").cols == 2
+    assert config((64, 56, 56, 128), (128, 3, 3, 4), 32, "wgrad").cols == 1  # its own kernel
+    assert config((64, 28, 28, 128), (128, 3, 3, 4), 32).cols == 1  # narrower rows
+    assert config((64, 56, 56, 256), (256, 3, 3, 8), 32).cols == 1  # wider groups
+    p = make_problem((1, 6, 7, 16), (16, 3, 3, 4), padding=1, groups=4, dtype=torch.float32, device=DEVICE)
+    with pytest.raises(ValueError, match="one output column a lane"):
+        testing.check("grouped", p.wgrad(), seed=0, config=Config("rows", cols=2))
+
+
 def test_rows_kernel_vectors_where_channels_are_not_multiples_of_16():
     """The rows kernels are told the power of two dividing the position strides (ALIGN; Triton
     learns divisibility only by 16): on the H200 RegNetX-1.6GF's 72 channels in 24-wide groups

@@ -84,6 +84,7 @@ class Config:
     # rows: output columns per program (0: the output row's width, 16 to 64)
     strip: int = 0  # rows: output rows per program (0: as many as leave the GPU full)
     images: int = 0  # rows: images per program, their tile_w-column rows side by side (0: 1)
+    cols: int = 1  # rows forward: consecutive output columns per lane (their input tiles shared)
     num_warps: int = 4
     num_stages: int = 1  # direct: 1 keeps the tap loads plain (L1-cached), no cp.async pipeline
     programs_per_sm: int = 8  # direct weight gradient: row chunks sized to fill the GPU this much
@@ -505,15 +506,26 @@ def lanes_padded(p) -> bool:
 
 def rows_config(p, strip: int = 0) -> Config:
     """The rows kernel's default: the fewest whole groups that fill 16 lanes, the output row in
-    one tile of up to 64 columns and as many images side by side as fill 64 lanes, 4 warps, 3
-    stages (the pipeliner copies the next input tiles while the tensor cores run)."""
-    tile_w = _rows_block_w(p)
+    one tile of up to 64 lanes and as many images side by side as fill 64 lanes, 4 warps, 3
+    stages (the pipeliner copies the next input tiles while the tensor cores run).
+
+    Forwards and input gradients of groups at most 4 wide over rows at least 56 wide give each
+    lane 2 consecutive output columns, which share their input tiles (K2 + 1 loads for 2
+    columns, not 2 * K2). Measured on the H200 (bf16, 2026-12-02, out/s30c.py, out/s30d.py):
+    grouped3x3_g32 62.0-62.2 -> 58.6-59.1 us forward and input gradient (its strip of 28 rows
+    alone: 64.7-65.0); not where groups are wider or rows narrower (RegNetX-400MF's 16-wide
+    groups at 56x56 19.9 -> 22.9, ResNeXt-50's 16-wide at 14x14 20.4 -> 28.2; 8-wide at 28x28
+    and 112x112 within 2%), nor 4 columns a lane (81.6 on grouped3x3_g32)."""
+    cols = 2 if p.pass_ != "wgrad" and max(group_channels(p)) <= 4 and _rows_shape(p)[2][-1] >= 56 else 1
+    tile_w = _rows_block_w(p, cols)
     images = min(64 // tile_w, pow2_at_least(_rows_shape(p)[0]))
-    return Config("rows", block_g=_default_block_g(p), tile_w=tile_w, strip=strip, images=images, num_stages=3)
+    return Config("rows", block_g=_default_block_g(p), tile_w=tile_w, strip=strip, images=images, num_stages=3,
+                  cols=cols)
 
 
-def _rows_block_w(p) -> int:
-    return pow2_at_least(_rows_shape(p)[2][-1], lo=16, hi=64)
+def _rows_block_w(p, cols: int = 1) -> int:
+    """Lanes for an output row of the rows kernel, ``cols`` columns a lane."""
+    return pow2_at_least(cdiv(_rows_shape(p)[2][-1], cols), lo=16, hi=64)
 
 
 def _rows_shape(p):
@@ -540,9 +552,11 @@ def _rows_tiling(p, config: Config, device):
     reason = rows_reason(p)
     if reason:
         raise ValueError(f"grouped: {reason}, not {p}")
+    if p.pass_ == "wgrad" and config.cols != 1:
+        raise ValueError(f"grouped: the rows weight gradient takes one output column a lane, not {config.cols}")
     batch, _, (HO, WO), _ = _rows_shape(p)
-    tile_w, images = config.tile_w or _rows_block_w(p), config.images or 1
-    col_tiles = cdiv(WO, tile_w)
+    tile_w, images = config.tile_w or _rows_block_w(p, config.cols), config.images or 1
+    col_tiles = cdiv(cdiv(WO, config.cols), tile_w)
     programs = cdiv(batch, images) * col_tiles * cdiv(p.groups, _blocks(p, config)[0])
     strip = config.strip or _rows_strip(p, programs, device)
     return tile_w * images, images, col_tiles, strip, cdiv(HO, strip), programs
@@ -561,7 +575,7 @@ def _rows_launch(p, x, w, out, config: Config):
     args = (x, w, out, p.groups, p.batch, H, W, HO, WO, *p.padding_lo, strip, strips, col_tiles,
             sx[0], sx[1], sx[2], sx[-1], sw[0], sw[1], sw[2], sw[3], sw[-1], sy[0], sy[1], sy[2], sy[-1])
     meta = dict(K1=K1, K2=K2, CG=p.c_per_group, OG=p.o_per_group, BG=bg, BCI=bci, BCO=bco, EVEN=even,
-                FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, IMGS=images,
+                FLIP=p.flip, INT64=needs_int64(x, w, out), BLOCK_W=block_w, IMGS=images, COLS=config.cols,
                 PRECISION=_precision(p), UPCAST=INTERPRET, num_warps=config.num_warps,
                 num_stages=config.num_stages,
                 ALIGN=alignment_hint((*sx[:3], *sy[:3]), 16 // x.element_size()))

@@ -132,32 +132,33 @@ def grouped_rows_fwd_kernel(
     K1: tl.constexpr, K2: tl.constexpr,
     CG: tl.constexpr, OG: tl.constexpr, BG: tl.constexpr, BCI: tl.constexpr, BCO: tl.constexpr,
     EVEN: tl.constexpr, FLIP: tl.constexpr, INT64: tl.constexpr,
-    BLOCK_W: tl.constexpr, IMGS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    ALIGN: tl.constexpr,
+    BLOCK_W: tl.constexpr, IMGS: tl.constexpr, COLS: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """y[n, i, j, g, o] = sum_{t1, t2, c < CG} x[n, i + t1 - LO1, j + t2 - LO2, g, c] * w[g, o, t1, t2, c]
-    (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W (image, column) lanes and BG
-    whole groups. Step u reads input row r0 + u - LO1: its K2 column-shifted tiles [BLOCK_W, BCI] are loaded once
-    each and multiplied into the K1 accumulators of the output rows that read them (acc[k] holds
-    output row r0 + u - k, through kernel row k); then output row r0 + u - (K1 - 1) is complete,
-    is stored, and the accumulators roll down one row. The K1*K2 block-diagonal weights
-    [BCI, BCO] stay in registers for the whole strip. ALIGN divides the position strides
-    (kernel_utils.aligned)."""
+    (stride 1, no dilation) for a strip of STRIP output rows, BLOCK_W (image, column) lanes of
+    COLS consecutive output columns each and BG whole groups. Step u reads input row r0 + u -
+    LO1: its K2 + COLS - 1 column-shifted tiles [BLOCK_W, BCI] are loaded once each and
+    multiplied into the K1 accumulators (per lane column) of the output rows that read them
+    (acc[c, k] holds column c of output row r0 + u - k, through kernel row k); then output row
+    r0 + u - (K1 - 1) is complete, is stored, and the accumulators roll down one row. The K1*K2
+    block-diagonal weights [BCI, BCO] stay in registers for the whole strip. ALIGN divides the
+    position strides (kernel_utils.aligned)."""
     if ALIGN > 1:
         sxn, sx1, sx2 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN)
         syn, sy1, sy2 = aligned(syn, ALIGN), aligned(sy1, ALIGN), aligned(sy2, ALIGN)
-    cb, _, r0, n, cols, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
+    cb, _, r0, n, lanes, ok_n = _rows_program(G, N, BG, STRIP, STRIPS, COL_TILES, INT64, BLOCK_W, IMGS)
+    cols = lanes * COLS  # a lane's first output column
     _, _, mask_ci = _channels(cb, G, CG, BG, BCI, EVEN)
     _, _, mask_co = _channels(cb, G, OG, BG, BCO, EVEN)
     x_tile = x_ptr + ((cb * (BG * CG) + tl.arange(0, BCI)) * sxc)[None, :]
     y_tile = y_ptr + (n * syn + cols * sy2)[:, None] + ((cb * (BG * OG) + tl.arange(0, BCO)) * syo)[None, :]
-    y_mask = (ok_n & (cols < WO))[:, None] & mask_co[None, :]
     weights = ()
     for t in tl.static_range(K1 * K2):  # the tap (t // K2, t % K2) in read order
         weights = weights + (_weight_diagonal(w_ptr, t, cb, G, K1 * K2, K1, K2, swg, swo, 0, sw1, sw2, swc,
                                               CG, OG, BG, BCI, BCO, 1, EVEN, FLIP),)
     accs = ()
-    for k in tl.static_range(K1):
+    for i in tl.static_range(COLS * K1):  # (column, kernel row)
         accs = accs + (tl.zeros((BLOCK_W, BCO), dtype=tl.float32),)
     for u in range(tl.minimum(STRIP, HO - r0) + K1 - 1):
         ih = r0 + u - LO1
@@ -165,17 +166,27 @@ def grouped_rows_fwd_kernel(
             ih = ih.to(tl.int64)
         row = n * sxn + ih * sx1
         ok_row = ok_n & (ih >= 0) & (ih < H)
-        for t2 in tl.static_range(K2):
-            iw = cols + t2 - LO2
+        for e in tl.static_range(K2 + COLS - 1):  # input column cols + e - LO2
+            iw = cols + e - LO2
             ok = ((iw >= 0) & (iw < W) & ok_row)[:, None] & mask_ci[None, :]
             a = tl.load(x_tile + (row + iw * sx2)[:, None], mask=ok, other=0.0)
             rolled = ()
-            for k in tl.static_range(K1):
-                rolled = rolled + (dot(a, weights[k * K2 + t2], accs[k], PRECISION, UPCAST),)
+            for c in tl.static_range(COLS):
+                for k in tl.static_range(K1):
+                    acc = accs[c * K1 + k]
+                    if e - c >= 0:
+                        if e - c < K2:  # column c reads this tile through column tap e - c
+                            acc = dot(a, weights[k * K2 + e - c], acc, PRECISION, UPCAST)
+                    rolled = rolled + (acc,)
             accs = rolled
         oh = ih + LO1 - (K1 - 1)
-        tl.store(y_tile + oh * sy1, accs[K1 - 1].to(y_ptr.dtype.element_ty), mask=y_mask & (oh >= r0))
-        accs = (tl.zeros((BLOCK_W, BCO), dtype=tl.float32),) + accs[0:K1 - 1]
+        rolled = ()
+        for c in tl.static_range(COLS):
+            y_mask = (ok_n & (cols + c < WO))[:, None] & mask_co[None, :]
+            tl.store(y_tile + oh * sy1 + c * sy2, accs[c * K1 + K1 - 1].to(y_ptr.dtype.element_ty),
+                     mask=y_mask & (oh >= r0))
+            rolled = rolled + (tl.zeros((BLOCK_W, BCO), dtype=tl.float32),) + accs[c * K1:c * K1 + K1 - 1]
+        accs = rolled
 
 
 @triton.jit
