@@ -13,7 +13,8 @@ almost the whole tile. Two kernels and a packing, picked by the config:
 - ``rows`` (grouped_kernels.py; stride-1 2-D convolutions of at most 49 taps, all three
   passes): a program walks a strip of output rows, loading each input row once per column tap
   and multiplying it into the accumulators of every output row that reads it, so an input
-  element is loaded and staged for the tensor cores K2 times instead of K1 * K2. Its weight
+  element is loaded and staged for the tensor cores K2 times instead of K1 * K2 (or, with
+  lanes of several consecutive output columns, (K2 + cols - 1) / cols times). Its weight
   gradient multiplies each input row (all column taps in one tile) with the K1 dy rows that
   read it in one product. Rows narrower than a tensor-core tile put several images' rows side
   by side in it.

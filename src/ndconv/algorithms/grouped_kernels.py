@@ -11,7 +11,8 @@ its input tile across taps are served by L1, not L2.
 The rows kernel (stride-1 2-D problems) walks a strip of output rows instead: each input tile
 (an input row at one column tap) is loaded once and multiplied into every output row that reads
 it, so an input element passes the load and the tensor-core operand staging K2 times rather than
-K1 * K2 times.
+K1 * K2 times (fewer where a lane computes several consecutive output columns, which share
+their column-shifted input tiles).
 """
 
 import triton
