@@ -183,10 +183,13 @@ def test_rows_kernel_matches_reference(case, pass_, config):
         testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {forced}")
 
 
-@pytest.mark.parametrize("cols", [2, 3])
+SEVERAL_COLUMNS = [pytest.param(case, 2, id=f"{name}-2") for name, case in ROWS_CASES.items()] + [
+    pytest.param(ROWS_CASES[name], 3, id=f"{name}-3") for name in ("g3_3x5", "k5x3_wide")]
+
+
 @pytest.mark.parametrize("pass_", ["fwd", "dgrad"])
-@pytest.mark.parametrize("case", ROWS_CASES.values(), ids=ROWS_CASES.keys())
-def test_rows_kernel_with_several_columns_a_lane(case, pass_, cols):
+@pytest.mark.parametrize("case,cols", SEVERAL_COLUMNS)
+def test_rows_kernel_with_several_columns_a_lane(case, cols, pass_):
     """Each lane computes ``cols`` consecutive output columns from K2 + cols - 1 shared input
     tiles (the default for 4-wide groups over rows at least 56 wide: rows_config); the last
     lane's columns past the row are masked."""
