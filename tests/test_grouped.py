@@ -115,7 +115,8 @@ def test_gpu_default_packs_through_pytorch():
     assert grouped.default_config(p.wgrad()) == grouped.rows_config(p.wgrad())
     narrow = replace(p, x_shape=(256, 14, 14, 128))  # 14-wide rows: four images a tile
     assert grouped.default_config(narrow) == grouped.rows_config(narrow)
-    assert grouped.rows_config(narrow).images == 4 and grouped.rows_config(p).images == 1
+    assert grouped.rows_config(narrow).images == 4 and grouped.rows_config(p.wgrad()).images == 1
+    assert grouped.rows_config(p).images == 2  # two columns a lane: 28 lanes a row, two images a tile
     assert grouped.default_config(narrow.wgrad()) == grouped.rows_config(narrow.wgrad())
     assert grouped.default_config(replace(p, x_shape=(64, 28, 28, 128)).wgrad()).kernel == "rows"
     sixteen = make_problem((64, 28, 28, 512), (512, 3, 3, 16), padding=1, groups=32, dtype=torch.bfloat16,
