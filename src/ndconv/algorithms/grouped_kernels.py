@@ -154,6 +154,9 @@ def grouped_rows_fwd_kernel(
     _, _, mask_co = _channels(cb, G, OG, BG, BCO, EVEN)
     x_tile = x_ptr + ((cb * (BG * CG) + tl.arange(0, BCI)) * sxc)[None, :]
     y_tile = y_ptr + (n * syn + cols * sy2)[:, None] + ((cb * (BG * OG) + tl.arange(0, BCO)) * syo)[None, :]
+    y_masks = ()
+    for c in tl.static_range(COLS):
+        y_masks = y_masks + ((ok_n & (cols + c < WO))[:, None] & mask_co[None, :],)
     weights = ()
     for t in tl.static_range(K1 * K2):  # the tap (t // K2, t % K2) in read order
         weights = weights + (_weight_diagonal(w_ptr, t, cb, G, K1 * K2, K1, K2, swg, swo, 0, sw1, sw2, swc,
@@ -183,9 +186,8 @@ def grouped_rows_fwd_kernel(
         oh = ih + LO1 - (K1 - 1)
         rolled = ()
         for c in tl.static_range(COLS):
-            y_mask = (ok_n & (cols + c < WO))[:, None] & mask_co[None, :]
             tl.store(y_tile + oh * sy1 + c * sy2, accs[c * K1 + K1 - 1].to(y_ptr.dtype.element_ty),
-                     mask=y_mask & (oh >= r0))
+                     mask=y_masks[c] & (oh >= r0))
             rolled = rolled + (tl.zeros((BLOCK_W, BCO), dtype=tl.float32),) + accs[c * K1:c * K1 + K1 - 1]
         accs = rolled
 

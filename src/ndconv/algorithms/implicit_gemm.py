@@ -1651,11 +1651,12 @@ def _output_pairs(p):
     SO[-1] / 2, 2 * O] as a view: the weight's rows are (output of the pair, o), the second's
     taps shifted by one block."""
     q = _space_to_depth(p)
-    if isinstance(q, str) or _tap_fold(q) is None or p.out_spatial[-1] % 2:
+    fold = None if isinstance(q, str) else _tap_fold(q)
+    if fold is None or p.out_spatial[-1] % 2:
         return None
     block = math.prod(p.stride) * p.in_channels
     width = pow2_at_least((q.kernel[-1] + 1) * block)
-    if width > _tap_fold(q).in_channels or (2 * block * p.dtype.itemsize) % 16:
+    if width > fold.in_channels or (2 * block * p.dtype.itemsize) % 16:
         return None
     return replace(q, x_shape=(p.batch, *q.in_spatial[:-1], p.out_spatial[-1] // 2, width),
                    w_shape=(2 * p.out_channels, *q.kernel[:-1], 1, width))
