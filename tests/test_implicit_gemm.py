@@ -233,9 +233,8 @@ def test_stems_over_pairs_of_outputs_where_the_reduction_stays():
     assert r.x_shape == (64, 115, 56, 64) and r.w_shape == (128, 4, 1, 64) and r.out_shape == (64, 112, 56, 128)
     assert implicit_gemm.tma_route(stem) == (
         " over a space-to-depth copy of the input, pairs of outputs along the last axis as one row")
-    assert implicit_gemm._space_to_depth_copies(stem, True) == (
-        ((115, 116), (2, 2), (3, 3), 3), (((4, 16), (2, 2), (0, 0), 3), ((4, 16), (2, 2), (0, 2), 3)),
-        (2, 64, 4, 16, 12))  # weight rows of 16 blocks: 384 bytes, whole 128-byte lines
+    assert implicit_gemm._space_to_depth_copies(stem, True) == (  # two weight copies, one block apart
+        ((115, 116), (2, 2), (3, 3), 3), ((4, 16), (2, 2), (0, 0), 3, 2, 2))  # rows of 384 bytes: whole lines
     assert pairs((2, 17, 20, 3), (8, 7, 7, 3), stride=2, padding=3) is not None  # SPACE_TO_DEPTH_CASES' pairs
     assert pairs((2, 32, 32, 1), (8, 7, 7, 1), stride=2, padding=3).w_shape == (16, 4, 1, 32)  # 20 of 32
     assert pairs((64, 224, 224, 3), (64, 7, 7, 3), torch.float32, stride=2, padding=3) is None  # 64 > 4 x 12
@@ -803,6 +802,18 @@ def test_padded_blocks_matches_pad_then_permute(shape, blocks, stride, lo, chann
     expected = expected.permute(0, *range(1, 2 * D, 2), *range(2, 2 * D + 1, 2), 2 * D + 1)
     got = implicit_gemm.padded_blocks(x, blocks, stride, lo, channels)
     assert torch.equal(got, expected.reshape(shape[0], *blocks, -1))
+
+
+def test_padded_blocks_makes_copies_shifted_along_the_last_axis():
+    """A stem's weight for pairs of outputs: copy k with its last axis's low pad grown by k * shift."""
+    x = torch.randn(3, 7, 7, 3, device=DEVICE).to(torch.bfloat16)
+    got = implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, -1), 3, copies=3, shift=2)
+    expected = [implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, -1 + 2 * k), 3) for k in range(3)]
+    assert got.shape == (9, 4, 6, 12) and torch.equal(got, torch.cat(expected))
+    got = implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, 0), 3, copies=2, shift=2)  # the stem's: a block apart
+    expected = [implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, 2 * k), 3) for k in range(2)]
+    assert torch.equal(got, torch.cat(expected))
+    assert expected[1][:, :, 1:].equal(expected[0][:, :, :-1]) and expected[1][:, :, 0].count_nonzero() == 0
 
 
 def test_space_to_depth_shapes_and_refusals():

@@ -486,14 +486,15 @@ def conv_wgrad_tma_kernel(
 @triton.jit
 def padded_blocks_kernel(
     x_ptr, y_ptr,
-    ROWS, B1, B2, B3, S1, S2, S3, LO1, LO2, LO3, C,
+    ROWS, NX, SHIFT3, B1, B2, B3, S1, S2, S3, LO1, LO2, LO3, C,
     sxn, sx1, sx2, sx3,
     ST1: tl.constexpr, ST2: tl.constexpr, ST3: tl.constexpr, CP: tl.constexpr,
     COLS: tl.constexpr, BLOCK_R: tl.constexpr, INT64: tl.constexpr,
 ):
-    """y[n, b1, b2, b3, (p1, p2, p3, c)] = x[n, b1*ST1 + p1 - LO1, b2*ST2 + p2 - LO2, b3*ST3 + p3
-    - LO3, c], zero outside x and for c >= C (x's channels contiguous; y contiguous, rows of
-    ST1*ST2*ST3*CP elements). A program copies BLOCK_R rows of y: the row and column index
+    """y[k*NX + n, b1, b2, b3, (p1, p2, p3, c)] = x[n, b1*ST1 + p1 - LO1, b2*ST2 + p2 - LO2,
+    b3*ST3 + p3 - LO3 - k*SHIFT3, c], zero outside x and for c >= C (x's channels contiguous; y
+    contiguous, rows of ST1*ST2*ST3*CP elements): copy k of x (NX images) shifted by k*SHIFT3
+    along its last axis. A program copies BLOCK_R rows of y: the row and column index
     arithmetic is split so each element costs a few adds and compares."""
     W: tl.constexpr = ST1 * ST2 * ST3 * CP
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -507,8 +508,8 @@ def padded_blocks_kernel(
     p1 = cols // (CP * ST3 * ST2)
     i1 = (b1 * ST1 - LO1)[:, None] + p1[None, :]
     i2 = (b2 * ST2 - LO2)[:, None] + p2[None, :]
-    i3 = (b3 * ST3 - LO3)[:, None] + p3[None, :]
+    i3 = (b3 * ST3 - LO3 - n // NX * SHIFT3)[:, None] + p3[None, :]
     live = (rows < ROWS)[:, None] & (cols < W)[None, :]
     ok = live & (c < C)[None, :] & (i1 >= 0) & (i1 < S1) & (i2 >= 0) & (i2 < S2) & (i3 >= 0) & (i3 < S3)
-    src = x_ptr + (n * sxn)[:, None] + i1 * sx1 + i2 * sx2 + i3 * sx3 + c[None, :]
+    src = x_ptr + (n % NX * sxn)[:, None] + i1 * sx1 + i2 * sx2 + i3 * sx3 + c[None, :]
     tl.store(y_ptr + rows[:, None] * W + cols[None, :], tl.load(src, mask=ok, other=0.0), mask=live)
