@@ -86,7 +86,11 @@ def _frozen(value):
     if type(value) is int:
         return value
     if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
+        value = tuple(value)
+        for v in value:  # a flat sequence of ints is its own key (the common case, no recursion)
+            if type(v) is not int:
+                return tuple(map(_frozen, value))
+        return value
     raise TypeError(value)
 
 
