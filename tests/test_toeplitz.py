@@ -65,6 +65,24 @@ def test_configs(config):
         assert report.ok, f"{config} on {q}: {report}"
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES
+                                  if c.name in ("1d_k13_causal", "2d_band_on_rows", "2d_asym_negative_flip",
+                                                "2d_multiplier2", "3d_k13")])
+def test_prepared_call_binds_its_launches_once(case, monkeypatch):
+    """The prepared call (the table, the planar copies and the product bound once; the table and
+    the copies made per call) on fresh operands, call after call, builds no launch after it is
+    made, and its first call (Triton's own launch) computes what the later ones do."""
+    p = case.problem(dtype=torch.float32, device=DEVICE)
+    call = toeplitz.prepare(p, toeplitz.default_config(p))
+
+    def rebuilt(*args, **kwargs):
+        raise AssertionError("a launch was built per call")
+    monkeypatch.setattr(toeplitz, "_launches", rebuilt)
+    for seed in (3, 4):
+        a, b = testing.random_operands(p, seed, device=DEVICE)
+        testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))
+
+
 @st.composite
 def _depthwise_args(draw):
     """(x_shape, w_shape, kwargs) of a small depthwise problem without input dilation."""

@@ -74,6 +74,33 @@ def toeplitz_fwd_kernel(
 
 
 @triton.jit
+def toeplitz_table_kernel(
+    w_ptr, table_ptr,
+    K1, K2, K3, ST3, KD3, WINDOW,
+    swo, sw1, sw2, sw3,
+    FLIP: tl.constexpr, WINDOW_P2: tl.constexpr, TILE_W: tl.constexpr,
+):
+    """table[o, t1*K2 + t2, i, j] = w'[o, t1, t2, (i - j*ST3) / KD3] where that is a tap, else 0:
+    the Toeplitz block [WINDOW, TILE_W] of one (channel, kernel row) a program, grid (O, K1*K2).
+    w' is the weight in read order (every axis reversed when FLIP), its axes in the launcher's
+    order (the band axis last) through the strides sw1..sw3."""
+    o = tl.program_id(0)
+    t12 = tl.program_id(1)
+    t1 = t12 // K2
+    t2 = t12 % K2
+    i = tl.arange(0, WINDOW_P2)[:, None]
+    j = tl.arange(0, TILE_W)[None, :]
+    d = i - j * ST3
+    t3 = d // KD3
+    tap = (d >= 0) & (d % KD3 == 0) & (t3 < K3) & (i < WINDOW)
+    if FLIP:
+        t1, t2, t3 = K1 - 1 - t1, K2 - 1 - t2, K3 - 1 - t3
+    v = tl.load(w_ptr + o.to(tl.int64) * swo + t1 * sw1 + t2 * sw2 + t3 * sw3, mask=tap, other=0.0)
+    row = table_ptr + (o.to(tl.int64) * (K1 * K2) + t12) * (WINDOW * TILE_W)
+    tl.store(row + i * TILE_W + j, v, mask=i < WINDOW)
+
+
+@triton.jit
 def planar_copy_kernel(
     src_ptr, dst_ptr,
     R1, R2, Q, C, Q_SRC, SHIFT,
