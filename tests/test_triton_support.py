@@ -4,11 +4,12 @@ takes this path, so its argument handling is checked here."""
 
 import types
 
+import pytest
 import torch
 from triton.knobs import HookChain
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ndconv.algorithms.triton_support import _hooked, _RawLaunch
+from ndconv.algorithms.triton_support import _hooked, _RawLaunch, sum_partials
 
 
 def test_launch_hooks_count_only_when_set():
@@ -97,3 +98,28 @@ def test_raw_launch_is_refused_where_the_launcher_is_not_triton_36s():
     assert _RawLaunch.of(compiled, ()) is None  # no descriptors: Triton's own launch is as cheap
     run.global_scratch_size = 64
     assert _RawLaunch.of(compiled, ((0, 0, desc),)) is None  # scratch memory to allocate per launch
+
+
+@pytest.mark.parametrize("splits", [1, 5, 37])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_sum_partials_sums_in_a_fixed_order_and_rounds_once(splits, transpose):
+    """The weight gradients' partial sums: summed over the first axis in float32, rounded once to
+    the result's dtype (rounded to nearest even, in the interpreter too), in the workspace's
+    element order or transposed; a result that is not contiguous gets the same values; the same
+    workspace gives the same bits every time."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    partial = torch.randn(splits, 6, 35, generator=torch.Generator().manual_seed(splits)).to(device)
+    expected = partial.double().sum(0)
+    expected = (expected.t() if transpose else expected).reshape(-1)
+    out = torch.full((expected.numel(),), float("nan"), dtype=torch.bfloat16, device=device)
+    sum_partials(partial, out, transpose=transpose)
+    half_ulp = torch.ldexp(torch.ones_like(expected), torch.frexp(expected).exponent - 9)  # bfloat16's
+    assert ((out.double() - expected).abs() <= half_ulp * 1.001 + 1e-6).all()  # rounded once, to nearest
+    again = torch.empty_like(out)
+    sum_partials(partial, again, transpose=transpose)
+    assert torch.equal(out.view(torch.int16), again.view(torch.int16))
+    strided = torch.full((2 * expected.numel(),), float("nan"), dtype=torch.float32, device=device)[::2]
+    sum_partials(partial, strided, transpose=transpose)
+    torch.testing.assert_close(strided, expected.float(), rtol=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="must be contiguous with the elements of one of the partial sums"):
+        sum_partials(partial, out[1:])

@@ -38,6 +38,7 @@ from .triton_support import (
     BoundLaunch,
     alignment_hint,
     allocating,
+    bound_sum_partials,
     cdiv,
     group_channels,
     kernel_reason,
@@ -47,6 +48,7 @@ from .triton_support import (
     pow2_at_least,
     sm_count,
     spatial_strides,
+    sum_partials,
 )
 
 NAME = "depthwise"
@@ -485,30 +487,28 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
     ws = torch.empty(_wgrad_workspace(p, config, x.device), device=x.device, dtype=torch.float32)
     grid, args, meta = _wgrad_launch(p, x, dy, ws, config)
     direct_wgrad_kernel[grid](*args, **meta)
-    dw.copy_(_wgrad_total(p, ws).unflatten(0, (p.groups, -1)))
+    sum_partials(ws, dw, transpose=True)
 
 
 def _prepared_wgrad(p, config: Config, views):
-    """The weight gradient as a prepared call: its launch bound once (the natural x and dy are
-    the kernel's operands), the workspace made per call and summed into the natural result."""
+    """The weight gradient as a prepared call: its launch and the sum bound once (the natural x
+    and dy are the kernel's operands), the workspace made per call and summed into the natural
+    result."""
     from .depthwise_kernels import direct_wgrad_kernel
 
     x, dy, _, _ = p.wgrad_natural(*views)
     shape = _wgrad_workspace(p, config, x.device)
     ws = torch.empty(shape, device="meta", dtype=torch.float32)
     launch = BoundLaunch(direct_wgrad_kernel, *_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
+    summing = bound_sum_partials(shape, p.result_shape, p.dtype, transpose=True)
 
     def call(x_nat, dy_nat):
         ws = torch.empty(shape, device=x_nat.device, dtype=torch.float32)
         launch(x_nat, dy_nat, ws)
-        return torch.empty(p.result_shape, device=x_nat.device, dtype=p.dtype).copy_(_wgrad_total(p, ws))
+        dw = torch.empty(p.result_shape, device=x_nat.device, dtype=p.dtype)
+        summing(ws, dw)
+        return dw
     return call
-
-
-def _wgrad_total(p, ws):
-    """The workspace's partial sums [programs, *K, Cg, O] summed, as the natural result [O, *K, Cg]."""
-    D = p.ndim
-    return ws.sum(0).view(*p.out_spatial, *ws.shape[2:]).permute(D + 1, *range(D), D)
 
 
 def _wgrad_chunks(p, config: Config, device):
@@ -525,7 +525,8 @@ def _wgrad_chunks(p, config: Config, device):
 
 
 def _wgrad_workspace(p, config: Config, device) -> tuple:
-    """[programs along the grid's last axis, taps, Cg, O]: one partial sum per program."""
+    """[programs along the grid's last axis, taps, Cg, O]: one partial sum per program (each the
+    natural result [O, taps, Cg] transposed)."""
     return (_wgrad_chunks(p, config, device)[2], math.prod(p.out_spatial), group_channels(p)[0], p.out_channels)
 
 

@@ -50,6 +50,7 @@ from .triton_support import (
     BoundLaunch,
     alignment_hint,
     allocating,
+    bound_sum_partials,
     cdiv,
     group_channels,
     kernel_reason,
@@ -59,6 +60,7 @@ from .triton_support import (
     pow2_at_least,
     sm_count,
     spatial_strides,
+    sum_partials,
 )
 
 NAME = "grouped"
@@ -446,7 +448,7 @@ def _run_direct_wgrad(p, x_t, dy_t, dw_t, config: Config):
         PRECISION=_precision(p), UPCAST=INTERPRET,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    dw.copy_(ws.sum(0).view(dw.shape))
+    sum_partials(ws, dw)
 
 
 # ---------------------------------------------------------------------- rows kernel
@@ -618,20 +620,23 @@ def _run_rows_wgrad(p, x_t, dy_t, dw_t, config: Config):
     x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)
     ws = torch.empty(_rows_workspace(p, config, x.device), device=x.device, dtype=torch.float32)
     _launch_now(_rows_wgrad_launch, p, x, dy, ws, config)
-    dw.copy_(ws.sum(0).view(dw.shape))
+    sum_partials(ws, dw)
 
 
 def _prepared_rows_wgrad(p, config: Config):
-    """The rows weight gradient as a prepared call: its launch bound once (the natural x and dy
-    are the kernel's operands: their grouped views start at their first elements), the
-    workspace made per call and summed straight into the natural result's layout."""
+    """The rows weight gradient as a prepared call: its launch and the sum bound once (the
+    natural x and dy are the kernel's operands: their grouped views start at their first
+    elements), the workspace made per call and summed straight into the natural result."""
     x, dy, _, _ = p.wgrad_natural(*meta_views(p))
     shape, dtype = _rows_workspace(p, config, x.device), p.dtype
     ws = torch.empty(shape, device="meta", dtype=torch.float32)
     launch = BoundLaunch(*_rows_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
+    summing = bound_sum_partials(shape, p.result_shape, dtype)
 
     def call(x_nat, dy_nat):
         ws = torch.empty(shape, device=x_nat.device, dtype=torch.float32)
         launch(x_nat, dy_nat, ws)
-        return ws.sum(0).to(dtype)
+        dw = torch.empty(p.result_shape, device=x_nat.device, dtype=dtype)
+        summing(ws, dw)
+        return dw
     return call

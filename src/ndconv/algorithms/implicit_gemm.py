@@ -47,6 +47,7 @@ from .triton_support import (
     INTERPRET,
     BoundLaunch,
     allocating,
+    bound_sum_partials,
     cdiv,
     group_channels,
     kernel_reason,
@@ -56,6 +57,7 @@ from .triton_support import (
     pow2_at_least,
     sm_count,
     spatial_strides,
+    sum_partials,
 )
 
 NAME = "implicit_gemm"
@@ -373,7 +375,7 @@ def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split > 1:
-        out_view.copy_(target.sum(0))
+        sum_partials(target, out_view)
 
 
 # ---------------------------------------------------------------------------- the TMA path
@@ -871,15 +873,8 @@ def _run_tma_wgrad(p, x_t, dy_t, dw_t, config: Config, partial=None) -> bool:
     (grid, args, meta), _, dw, target = made
     conv_wgrad_tma_kernel[grid](*args, **meta)
     if partial is None:
-        _sum_partials(dw, target)
+        sum_partials(target, dw)
     return True
-
-
-def _sum_partials(dw, partial):
-    """dw = the sum over the first axis of float32 partial sums [split, *dw.shape], in a fixed
-    order (deterministic; not torch.sum(..., out=dw): on CUDA it rounds each partial sum to dw's
-    dtype first)."""
-    dw.copy_(partial[0] if partial.shape[0] == 1 else partial.sum(0))
 
 
 def _taps3(config: Config, k3: int) -> int:
@@ -908,7 +903,7 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
     grouped [G, Og, *K, Cg] view, target) of the TMA weight-gradient kernel, or None where the
     tensors do not meet TMA's rules or no exact box wastes less than half a tile. ``target`` is
     a new float32 workspace [split, *dw.shape] of partial sums for the caller to sum
-    (_sum_partials), or ``partial`` where given (such a workspace, its split the caller's:
+    (triton_support.sum_partials), or ``partial`` where given (such a workspace, its split the caller's:
     programs past the last step store zeros). Never dw itself, even unsplit: bf16 stored by the
     kernel was intermittently wrong on the H200 (r50_3x3_7's weight gradient in 128 x 128 tiles:
     2 of 6 seeds at 4 stages, 6 of 6 at 3; through float32, 0 of 30 runs)."""
@@ -993,9 +988,10 @@ def _prepare_wgrad(p, config: Config):
 
 def _summing_call(p, bound: BoundLaunch, workspace, config: Config):
     """A prepared weight-gradient call: ``bound(x, dy, partial)`` into a new float32 workspace,
-    then its sum into a new dw (viewed as the workspace's [1:]). Operands TMA cannot take
-    (unaligned) go through ``run``."""
+    then its sum into a new dw (bound too; the workspace's [1:] in dw's element order).
+    Operands TMA cannot take (unaligned) go through ``run``."""
     shape, dtype = p.result_shape, p.dtype
+    summing = bound_sum_partials(workspace, shape, dtype)
 
     def call(a, b):
         out = torch.empty(shape, dtype=dtype, device=a.device)
@@ -1004,7 +1000,7 @@ def _summing_call(p, bound: BoundLaunch, workspace, config: Config):
             return out
         partial = torch.empty(workspace, dtype=torch.float32, device=a.device)
         bound(a, b, partial)
-        _sum_partials(out.view(workspace[1:]), partial)
+        summing(partial, out)
         return out
     return call
 
@@ -1175,7 +1171,7 @@ def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
         taps = _positions(partial, 2, phase.taps).unflatten(1, (G, Og))
         if not _run_tma_wgrad(phase.q, *views, config, taps):
             direct.append((phase, views))
-    _sum_partials(dw, partial)
+    sum_partials(partial, dw)
     for phase, views in direct:
         if views is None:  # no product reaches these taps
             _positions(dw, 1, phase.taps).zero_()

@@ -1,4 +1,5 @@
-"""@triton.jit helpers shared by the kernels."""
+"""@triton.jit helpers shared by the kernels, and the one kernel the weight gradients share: the sum
+of their float32 partial sums."""
 
 import triton
 import triton.language as tl
@@ -50,3 +51,24 @@ def input_index(j, t, ST, KD, ID, LO, S, ok):
     real element (inside the input, not an inserted zero)."""
     u = j * ST + t * KD - LO
     return u // ID, ok & (u >= 0) & (u <= (S - 1) * ID) & (u % ID == 0)
+
+
+@triton.jit
+def sum_partials_kernel(ws_ptr, out_ptr, S, M, B, TRANSPOSE: tl.constexpr, INT64: tl.constexpr,
+                        INTERPRET: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    """out = the sum of ws[s] over s < S (float32 [S, M], contiguous), cast to out's type: element
+    m of ws[s] to out[m], or with TRANSPOSE (each ws[s] as [M / B, B]) to out[(m % B) * (M / B) +
+    m // B]. SPLITS partial sums are loaded at once and reduced, chunk after chunk: the order
+    is fixed (deterministic), and the loads of a chunk are in flight together."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INT64:
+        offs = offs.to(tl.int64)
+    live = offs < M
+    s = tl.arange(0, SPLITS)[:, None]
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s0 in range(0, S, SPLITS):
+        chunk = tl.load(ws_ptr + (s0 + s) * M + offs[None, :], mask=(s0 + s < S) & live[None, :], other=0.0)
+        acc += tl.sum(chunk, axis=0)
+    if TRANSPOSE:
+        offs = offs % B * (M // B) + offs // B
+    tl.store(out_ptr + offs, downcast(acc, out_ptr.dtype.element_ty, INTERPRET), mask=live)
