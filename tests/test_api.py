@@ -212,6 +212,23 @@ def test_calls_run_on_the_operands_gpu(monkeypatch):
     assert seen == [1, 0] and current[0] == 0
 
 
+def test_calls_check_the_current_gpu_only_where_there_are_several(monkeypatch):
+    """With one GPU every CUDA operand is on the current GPU: a plan's call skips the check (a
+    few µs of host time per call); with several it makes the operands' GPU current."""
+    import types
+
+    from ndconv.algorithms import prepared_call
+    from ndconv.api import make_problem
+
+    p = make_problem((1, 4, 4, 2), (2, 3, 3, 2), device="cuda")
+    call = lambda a, b: None  # noqa: E731
+    algorithm = types.SimpleNamespace(prepare=lambda p, config: call)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert prepared_call(algorithm, p, None) is call
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert prepared_call(algorithm, p, None).__name__ == "guarded"
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 @pytest.mark.parametrize("first", [0, 1], ids=["planned-on-gpu0", "planned-on-gpu1"])
 def test_second_gpu_while_the_first_is_current(first):

@@ -20,7 +20,7 @@ def prepared_call(algorithm, p, config):
     """``algorithm``'s computation of problem ``p`` as a function of the pass's natural
     contiguous operands that returns the natural result: its ``prepare`` where it has one (the
     per-call work done once), else its ``run`` on the operands' views. On CUDA it runs on the
-    operands' GPU, whichever is current."""
+    operands' GPU, whichever is current (with one GPU, the current one: no check per call)."""
     prepare = getattr(algorithm, "prepare", None)
     call = prepare(p, config) if prepare is not None else None
     if call is None:
@@ -28,7 +28,7 @@ def prepared_call(algorithm, p, config):
             out = torch.empty(p.result_shape, dtype=p.dtype, device=a.device)
             algorithm.run(p, *p.views(a, b, out), config)
             return out
-    return on_operands_gpu(call) if p.device == "cuda" else call
+    return on_operands_gpu(call) if p.device == "cuda" and torch.cuda.device_count() > 1 else call
 
 
 def on_operands_gpu(call):
