@@ -810,7 +810,8 @@ def test_padded_blocks_makes_copies_shifted_along_the_last_axis():
     got = implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, -1), 3, copies=3, shift=2)
     expected = [implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, -1 + 2 * k), 3) for k in range(3)]
     assert got.shape == (9, 4, 6, 12) and torch.equal(got, torch.cat(expected))
-    got = implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, 0), 3, copies=2, shift=2)  # the stem's: a block apart
+    # the stem's: two copies a block apart
+    got = implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, 0), 3, copies=2, shift=2)
     expected = [implicit_gemm.padded_blocks(x, (4, 6), (2, 2), (1, 2 * k), 3) for k in range(2)]
     assert torch.equal(got, torch.cat(expected))
     assert expected[1][:, :, 1:].equal(expected[0][:, :, :-1]) and expected[1][:, :, 0].count_nonzero() == 0

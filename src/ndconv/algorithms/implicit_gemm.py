@@ -903,10 +903,10 @@ def _tma_wgrad_launch(p, x_t, dy_t, dw_t, config: Config, partial=None):
     grouped [G, Og, *K, Cg] view, target) of the TMA weight-gradient kernel, or None where the
     tensors do not meet TMA's rules or no exact box wastes less than half a tile. ``target`` is
     a new float32 workspace [split, *dw.shape] of partial sums for the caller to sum
-    (triton_support.sum_partials), or ``partial`` where given (such a workspace, its split the caller's:
-    programs past the last step store zeros). Never dw itself, even unsplit: bf16 stored by the
-    kernel was intermittently wrong on the H200 (r50_3x3_7's weight gradient in 128 x 128 tiles:
-    2 of 6 seeds at 4 stages, 6 of 6 at 3; through float32, 0 of 30 runs)."""
+    (triton_support.sum_partials), or ``partial`` where given (such a workspace, its split the
+    caller's: programs past the last step store zeros). Never dw itself, even unsplit: bf16
+    stored by the kernel was intermittently wrong on the H200 (r50_3x3_7's weight gradient in
+    128 x 128 tiles: 2 of 6 seeds at 4 stages, 6 of 6 at 3; through float32, 0 of 30 runs)."""
     if tma_reason(p) is not None:
         return None
     x, dy, dw, (_, kdil, _, lo, out_spatial, kernel) = p.wgrad_natural(x_t, dy_t, dw_t)
@@ -1598,7 +1598,8 @@ def takes_space_to_depth(p) -> bool:
     return tma_runner(p) is _run_space_to_depth and fold_reason(p) is None
 
 
-def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int, copies: int = 1, shift: int = 0) -> torch.Tensor:
+def padded_blocks(x: torch.Tensor, blocks, stride, lo, channels: int, copies: int = 1,
+                  shift: int = 0) -> torch.Tensor:
     """x [N, *S, C] padded by ``lo`` per axis (negative crops) and with zeros past its end, its
     channels zero-padded to ``channels``, as [N, *blocks, prod(stride)*channels]: position b of
     an axis of stride s holds the padded rows b*s .. b*s + s - 1, channels ordered (row phase
@@ -1696,8 +1697,9 @@ def _space_to_depth_operands(p, pairs: bool, xs: torch.Tensor, ws: torch.Tensor,
     """The problem the TMA kernel runs for stem ``p`` and its natural operands (x, w, out) over
     the copies xs, ws (``_space_to_depth_copies``) and the output [N, *SO, O]: with ``pairs``
     the windows of pairs of outputs, the weight's rows (the copies' rows one after the other)
-    and the output as ``_output_pairs`` says; else the space-to-depth problem, its last axis's taps folded into the channels where
-    that pays (it has no padding, so the windows need no copy)."""
+    and the output as ``_output_pairs`` says; else the space-to-depth problem, its last axis's
+    taps folded into the channels where that pays (it has no padding, so the windows need no
+    copy)."""
     if pairs:
         r = _output_pairs(p)
         x = xs.as_strided(r.x_shape, (*xs.stride()[:-2], 2 * xs.shape[-1], 1))
