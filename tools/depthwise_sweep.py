@@ -1,4 +1,4 @@
-"""Times the depthwise forward kernel's configs on the public suite's depthwise cases, next to
+"""Times the depthwise kernels' configs on the public suite's depthwise cases, next to
 PyTorch's fastest formulation (cuDNN, channels last, cudnn.benchmark), on the GPU. Every config
 is checked against PyTorch's result in float32 (operands upcast, TF32 off) before it is timed; a
 config that fails or raises is reported and skipped. Prints a table, writes JSON.
@@ -104,6 +104,7 @@ def sweep_case(case, pass_, max_configs, deadline):
             depthwise.run(q, *q.views(a, b, out), config)
             return out
         start = time.monotonic()
+        out.fill_(float("nan"))  # poisoned: a config that leaves outputs unwritten fails its check
         try:
             ms, p20, p80, err = _time_checked(fn, sets, check, 0.1)
         except Exception as e:  # noqa: BLE001 - one failing config must not end the sweep
