@@ -280,6 +280,43 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
         assert report.ok, f"{config} on {p}: {report}"
 
 
+# The walking weight gradient (walk_wgrad_kernel) on those and on rows long enough for middle
+# chunks: rows peeled (first and last chunks unrolled, the middle ones unmasked, rows and
+# channels without data pointing at zeros) or masked throughout (input dilation along the last
+# axis, windows past the input), channel blocks full and partial, one or two channels a thread.
+WALK_ROWS = [
+    pytest.param((2, 12, 21, 8), (8, 3, 3, 1), {"padding": 1, "groups": 8}, id="2d_3x3_middle_chunks"),
+    pytest.param((1, 14, 30, 8), (8, 5, 5, 1), {"stride": 2, "padding": 2, "groups": 8}, id="2d_5x5_s2_middle_chunks"),
+    pytest.param((1, 3, 9, 17, 8), (8, 3, 3, 3, 1), {"padding": 1, "groups": 8}, id="3d_middle_chunks"),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,args", DEPTHWISE_STRIPS + WALK_ROWS)
+def test_depthwise_walking_weight_gradient(x_shape, w_shape, args):
+    from dataclasses import replace
+
+    from ndconv.algorithms import depthwise
+
+    p = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args).wgrad()
+    walk = replace(depthwise.default_config(p), walk=True, num_warps=1)
+    for config in [replace(walk, block_o=8, vector=1, cols=3), replace(walk, block_o=16, vector=1, cols=4),
+                   replace(walk, block_o=4, vector=2, cols=4, programs_per_sm=1)]:
+        report = testing.check("depthwise", p, seed=7, config=config)
+        assert report.ok, f"{config} on {p}: {report}"
+
+
+def test_depthwise_walk_peels_rows_whose_middle_chunks_read_inside_the_input():
+    """The rows the tests above walk both ways: peeled (3x3 and strided 5x5 over 21-30 columns
+    in chunks of 3-4, every row of up to two chunks) and masked (input dilation with middle
+    chunks; windows of the middle chunks that reach past the input)."""
+    from ndconv.algorithms.depthwise import _walk_peeled
+
+    assert _walk_peeled(4, 21, 21, 3, 1, 1, 1, 1) and _walk_peeled(3, 30, 15, 5, 2, 1, 1, 2)
+    assert _walk_peeled(4, 6, 6, 3, 1, 1, 1, 1)  # no middle chunk
+    assert not _walk_peeled(4, 9, 18, 6, 1, 1, 2, 1)  # input dilation (2d_idil2_flip)
+    assert not _walk_peeled(3, 13, 12, 11, 1, 1, 1, 1)  # the middle windows pass the input's end
+
+
 def test_depthwise_caps_registers_only_for_long_2d_kernels():
     """Measured on the H200: a register cap of 3 CTAs an SM speeds up 2-D kernels longer than 3
     taps (rows a runtime loop: 5x5, 7x7) and slows down 3x3 and 1-D ones."""
@@ -359,16 +396,21 @@ def test_depthwise_vectors_where_channels_are_not_multiples_of_16():
     assert len(phases) == 4 and {m["ALIGN"] for m in phases} == {2}
 
 
-@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad", "wgrad_walk"])
 def test_depthwise_prepared_call_matches_the_reference(pass_):
     """depthwise's prepared call (its launch bound once; the weight gradient's workspace made per
-    call) on fresh operands, call after call."""
+    call; the walking one's row of zeros made once) on fresh operands, call after call."""
+    from dataclasses import replace
+
     from ndconv.algorithms import depthwise
 
     p = make_problem((2, 6, 7, 8), (8, 3, 3, 1), padding=([2, 0], [1, 1]), groups=8,
                          dtype=torch.float32, device=DEVICE)
-    p = p if pass_ == "fwd" else getattr(p, pass_)()
-    call = depthwise.prepare(p, depthwise.default_config(p))
+    p = p if pass_ == "fwd" else getattr(p, pass_.split("_")[0])()
+    config = depthwise.default_config(p)
+    if pass_ == "wgrad_walk":
+        config = replace(config, walk=True, block_o=8, vector=1, num_warps=1, cols=3)
+    call = depthwise.prepare(p, config)
     for seed in (3, 4):
         a, b = testing.random_operands(p, seed, device=DEVICE)
         testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p))

@@ -14,7 +14,12 @@ re-reads hit L1. Input-dilated problems with kernels longer than 3 (input gradie
 launch; 3x3 ones lose, 46-115 against 46-99). The weight gradient uses the same
 strips (each strip's dy columns kept in registers, each input column loaded once for all the
 taps that read it) and reduces over them into a float32 workspace, summed afterwards in a
-fixed order (deterministic). Channel counts that 16 does not divide still load vectors: the
+fixed order (deterministic). A second weight-gradient kernel (``Config.walk``) has each
+thread walk one channel of an output row with all of its taps' accumulators in registers, its
+loads unmasked away from the padding: faster on X3D's 3-D layer at 56x56 (146 against 192 us)
+and ConvNeXt's 7x7 at 14x14 (39 against PyTorch's 47), slower elsewhere (bound by its
+2-byte loads and one thread's latency at a quarter occupancy: docs/PERFORMANCE.md), so it is
+an autotuning candidate, not a default. Channel counts that 16 does not divide still load vectors: the
 launchers tell the kernels the power of two that divides them (``alignment_hint``), which
 Triton cannot learn itself (MobileNetV3's 72 channels at 56x56: 28.5 against 50.0 us).
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
@@ -56,6 +62,9 @@ NAME = "depthwise"
 MAX_GROUP_WIDTH = 16
 # Most kernel rows (taps of all axes but the last) a config may unroll: compile time grows with them.
 _UNROLLED_ROWS_MAX = 9
+# The walking weight gradient: most taps (its accumulators, in registers) and its default chunk of columns.
+WALK_MAX_TAPS = 49
+WALK_COLS = 8
 # Registers per thread at which three CTAs of 4 warps fit an SM's 64K (168 x 128 x 3 = 64512).
 THREE_CTAS_OF_4_WARPS = 168
 # 2-D forwards: strips of 3 rows become 4 where the tiles of 3 hold fewer useful outputs than
@@ -81,6 +90,7 @@ class Config:
     max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg; 0: the compiler's choice)
     phases: bool = False  # input-dilated: one stride-1 launch per output phase (phases_reason)
     flat: bool = False  # forward: a program's strips are consecutive in one order over all images' strips
+    walk: bool = False  # weight gradient: threads walk output rows, every tap in registers (walk_wgrad_kernel)
 
 
 def supports(p):
@@ -245,12 +255,16 @@ def default_config(p) -> Config:
 def configs(p) -> list[Config]:
     base = default_config(p)
     if p.pass_ == "wgrad":
-        # more strips in flight, other channel blocks, other strip lengths, more chunks
-        variants = [replace(base, block_p=max(1, int(base.block_p * scale_p)), num_warps=warps,
-                            block_o=min(128, max(8, int(base.block_o * scale_o))))
-                    for scale_p in (1, 2, 0.5) for scale_o in (1, 0.5, 2) for warps in (4, 8)]
+        # walking rows first (within autotuning's first configs), then more strips in flight,
+        # other channel blocks, other strip lengths, more chunks, then the other walks
+        walks = _walk_configs(p, base)
+        variants = walks[:3]
+        variants += [replace(base, block_p=max(1, int(base.block_p * scale_p)), num_warps=warps,
+                             block_o=min(128, max(8, int(base.block_o * scale_o))))
+                     for scale_p in (1, 2, 0.5) for scale_o in (1, 0.5, 2) for warps in (4, 8)]
         variants += [replace(base, cols=cols) for cols in (4, 6, 8)]
         variants += [replace(base, programs_per_sm=more) for more in (2, 8)]
+        variants += walks[3:]
     else:  # strips of other lengths, two strips per thread, narrower or wider channel blocks
         two = 2 * base.block_p
         variants = [replace(base, cols=min(16, 2 * base.cols)), replace(base, cols=(base.cols + 1) // 2),
@@ -274,6 +288,20 @@ def configs(p) -> list[Config]:
         if c not in out:
             out.append(c)
     return out
+
+
+def _walk_configs(p, base: Config) -> list[Config]:
+    """Walking weight-gradient configs (walk_wgrad_kernel), the ones measured fastest first
+    (chunks of 16 columns, 32-channel blocks, 4 or 8 programs an SM); none past WALK_MAX_TAPS
+    taps (its accumulators, one a tap, are registers)."""
+    if p.pass_ != "wgrad" or math.prod(p.out_spatial) > WALK_MAX_TAPS:
+        return []
+    walk = replace(base, walk=True, block_o=32, vector=1, num_warps=4, cols=16, programs_per_sm=4)
+    return [walk, replace(walk, cols=8, programs_per_sm=8), replace(walk, cols=8),
+            replace(walk, programs_per_sm=8), replace(walk, cols=8, programs_per_sm=16),
+            replace(walk, programs_per_sm=16), replace(walk, cols=4), replace(walk, cols=8, programs_per_sm=2),
+            replace(walk, cols=8, block_o=16), replace(walk, cols=8, block_o=64, vector=2),
+            replace(walk, cols=8, num_warps=8)]
 
 
 def _consecutive_rows(p) -> bool:
@@ -478,28 +506,29 @@ def _forward_launch(p, x, w, out, config: Config, offsets=(0, 0)):
 
 
 def _run_wgrad(p, x_t, dy_t, dw_t, config: Config):
-    """Strips of outputs split into chunks, one per program along the grid's last axis (the
-    taps vary fastest, so a chunk's programs share its tiles in L2); each program's partial
-    weight gradient goes to a float32 workspace slice, summed afterwards."""
-    from .depthwise_kernels import direct_wgrad_kernel
-
+    """The positions split into chunks, one per program along the grid's last axis; each
+    program's partial weight gradient goes to a float32 workspace slice, summed afterwards."""
     x, dy, dw, _ = p.wgrad_natural(x_t, dy_t, dw_t)
     ws = torch.empty(_wgrad_workspace(p, config, x.device), device=x.device, dtype=torch.float32)
     grid, args, meta = _wgrad_launch(p, x, dy, ws, config)
-    direct_wgrad_kernel[grid](*args, **meta)
+    _wgrad_kernel(config)[grid](*args, **meta)
     sum_partials(ws, dw, transpose=True)
+
+
+def _wgrad_kernel(config: Config):
+    from .depthwise_kernels import direct_wgrad_kernel, walk_wgrad_kernel
+
+    return walk_wgrad_kernel if config.walk else direct_wgrad_kernel
 
 
 def _prepared_wgrad(p, config: Config, views):
     """The weight gradient as a prepared call: its launch and the sum bound once (the natural x
     and dy are the kernel's operands), the workspace made per call and summed into the natural
     result."""
-    from .depthwise_kernels import direct_wgrad_kernel
-
     x, dy, _, _ = p.wgrad_natural(*views)
     shape = _wgrad_workspace(p, config, x.device)
     ws = torch.empty(shape, device="meta", dtype=torch.float32)
-    launch = BoundLaunch(direct_wgrad_kernel, *_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
+    launch = BoundLaunch(_wgrad_kernel(config), *_wgrad_launch(p, x, dy, ws, config), operands=(x, dy, ws))
     summing = bound_sum_partials(shape, p.result_shape, p.dtype, transpose=True)
 
     def call(x_nat, dy_nat):
@@ -512,16 +541,43 @@ def _prepared_wgrad(p, config: Config, views):
 
 
 def _wgrad_chunks(p, config: Config, device):
-    """(strips of outputs, strips per program, programs along the grid's last axis)."""
+    """(strips of outputs, strips per program, programs along the grid's last axis); with
+    ``walk``, output rows (walked by ``_walkers`` threads side by side) instead of strips."""
     Cg = group_channels(p)[0]
     K1, K2, _ = pad3(p.out_spatial, 1)  # the forward's kernel
     SO = pad3(p.kernel, 1)  # the forward's output
-    cols = config.cols or _wgrad_cols(SO[2])
-    strips = p.w_shape[-1] * SO[0] * SO[1] * cdiv(SO[2], cols)
-    other = cdiv(p.out_channels, config.block_o) * K1 * K2 * Cg
-    chunks = max(1, min(cdiv(strips, config.block_p), config.programs_per_sm * sm_count(device) // other))
-    per_program = cdiv(cdiv(strips, chunks), config.block_p) * config.block_p
+    if config.walk:
+        strips, step, other = p.w_shape[-1] * SO[0] * SO[1], _walkers(config), cdiv(p.out_channels, config.block_o) * Cg
+    else:
+        cols = config.cols or _wgrad_cols(SO[2])
+        strips, step = p.w_shape[-1] * SO[0] * SO[1] * cdiv(SO[2], cols), config.block_p
+        other = cdiv(p.out_channels, config.block_o) * K1 * K2 * Cg
+    chunks = max(1, min(cdiv(strips, step), config.programs_per_sm * sm_count(device) // other))
+    per_program = cdiv(cdiv(strips, chunks), step) * step
     return strips, per_program, cdiv(strips, per_program)
+
+
+def _walk_peeled(cols, S3, SO3, K3, ST3, KD3, ID3, LO3) -> bool:
+    """Whether walk_wgrad_kernel can run its rows peeled (its middle chunks unmasked): every
+    chunk of ``cols`` outputs but the first and the last reads its whole window inside x."""
+    last = (SO3 - 1) // cols * cols
+    if last <= cols:
+        return True
+    window = (cols - 1) * ST3 + (K3 - 1) * KD3 + 1
+    return ID3 == 1 and cols * ST3 - LO3 >= 0 and (last - cols) * ST3 - LO3 + window <= S3
+
+
+@lru_cache(maxsize=64)
+def _zeros(numel: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """A read-only row of zeros, where a walking weight gradient points the rows and channels
+    that hold no data (so that its loads need no masks): made once per size and device."""
+    return torch.zeros(numel, dtype=dtype, device=device)
+
+
+def _walkers(config: Config) -> int:
+    """Output rows a walking weight-gradient program walks side by side: one thread per
+    ``vector`` channels of each."""
+    return max(1, 32 * config.num_warps * config.vector // config.block_o)
 
 
 def _wgrad_workspace(p, config: Config, device) -> tuple:
@@ -532,6 +588,8 @@ def _wgrad_workspace(p, config: Config, device) -> tuple:
 
 def _wgrad_launch(p, x, dy, ws, config: Config):
     """(grid, args, meta) of the weight-gradient kernel on the natural views of p.wgrad_natural."""
+    if config.walk:
+        return _walk_launch(p, x, dy, ws, config)
     D = p.ndim
     stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo  # the forward's
     out_spatial, kernel = p.kernel, p.out_spatial
@@ -555,3 +613,30 @@ def _wgrad_launch(p, x, dy, ws, config: Config):
                                      16 // x.element_size()),
                 num_warps=config.num_warps)
     return (K1 * K2 * Cg, cdiv(O, config.block_o), chunks), args, meta
+
+
+def _walk_launch(p, x, dy, ws, config: Config):
+    """(grid, args, meta) of walk_wgrad_kernel on the natural views of p.wgrad_natural."""
+    D = p.ndim
+    stride, kdil, idil, lo = p.kernel_dilation, p.stride, p.input_dilation, p.padding_lo  # the forward's
+    Cg, Og = group_channels(p)
+    O = p.out_channels
+    (S1, S2, S3), (SO1, SO2, SO3) = pad3(p.in_spatial, 1), pad3(p.kernel, 1)
+    K1, K2, K3 = pad3(p.out_spatial, 1)  # the forward's kernel
+    ST1, ST2, ST3, KD1, KD2, KD3, ID1, ID2, ID3, LO1, LO2, LO3 = _geometry(stride, kdil, idil, lo)
+    rows, per_program, chunks = _wgrad_chunks(p, config, x.device)
+    (sx1, sx2, sx3), (sd1, sd2, sd3) = spatial_strides(x, 1, D), spatial_strides(dy, 1, D)
+    sx, sd = x.stride(), dy.stride()
+    cols = config.cols or WALK_COLS
+    peeled = _walk_peeled(cols, S3, SO3, K3, ST3, KD3, ID3, LO3)
+    device = p.device if x.device.type == "meta" else str(x.device)  # meta: a prepared launch
+    zeros = _zeros(max(S3 * sx3, SO3 * sd3), p.dtype, device)
+    args = (x, dy, ws, zeros, rows, per_program, O, S1, S2, SO1, SO2,
+            ST1, ST2, KD1, KD2, ID1, ID2, LO1, LO2,
+            sx[0], sx1, sx2, sx[-2], sx[-1], sd[0], sd1, sd2, sd[-2], sd[-1])
+    meta = dict(S3=S3, SO3=SO3, K1=K1, K2=K2, K3=K3, ST3=ST3, KD3=KD3, ID3=ID3, LO3=LO3, SX3=sx3, SD3=sd3,
+                CG=Cg, OG=Og, INT64=needs_int64(x, dy), CW=cols, WALKERS=_walkers(config),
+                BLOCK_O=config.block_o, VEC=config.vector, PEELED=peeled,
+                ALIGN=alignment_hint((O, sx[0], sx1, sx2, sd[0], sd1, sd2), config.vector),
+                num_warps=config.num_warps)
+    return (Cg, cdiv(O, config.block_o), chunks), args, meta

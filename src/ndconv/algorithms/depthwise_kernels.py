@@ -319,3 +319,265 @@ def direct_wgrad_kernel(
         for t in tl.static_range(_chunk_taps(t3o, K3, U)):
             tap = (t1 * K2 + t2) * K3 + t3o + t
             tl.store(ws + (tap * CG + c) * O + g * OG + k, tl.sum(acc[t], axis=0), mask=mask_o)
+
+
+@triton.constexpr_function
+def _window(cols, st, kd, k):
+    """Dilated input columns that ``cols`` consecutive outputs read through ``k`` taps."""
+    return (cols - 1) * st + (k - 1) * kd + 1
+
+
+@triton.constexpr_function
+def _output_of_column(e, t, st, kd, cols):
+    """The output (of ``cols`` consecutive ones) that reads window column ``e`` through tap
+    ``t``, or -1; compile-time."""
+    d = e - t * kd
+    return d // st if d >= 0 and d % st == 0 and d // st < cols else -1
+
+
+@triton.constexpr_function
+def _chunk_reads(w0, e, s, st, idil, lo):
+    """Whether the chunk of outputs from ``w0`` loads column ``e`` of its window: always in a
+    runtime loop (w0 < 0), else where that dilated column is an element of an input ``s`` long
+    (not padding, not an inserted zero); compile-time."""
+    col = w0 * st - lo + e
+    return w0 < 0 or (0 <= col <= (s - 1) * idil and col % idil == 0)
+
+
+@triton.constexpr_function
+def _pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@triton.constexpr_function
+def _split_index(e, n):
+    """Where column ``e`` of an ``n``-column (a power of two) tensor lands in _columns' tuple."""
+    bits = n.bit_length() - 1
+    return int(format(e, f"0{bits}b")[::-1], 2) if bits else 0
+
+
+@triton.jit
+def _columns(t, N: tl.constexpr):
+    """The N trailing columns of ``t`` [A, B, N] (each thread's own registers) as a tuple of
+    [A, B] tensors, in _split_index order: reshapes and splits move no data."""
+    parts = (t,)
+    for level in tl.static_range(N.bit_length() - 1):
+        new = ()
+        for u in tl.static_range(len(parts)):
+            a, b = tl.split(tl.reshape(parts[u], (t.shape[0], t.shape[1], N >> (level + 1), 2)))
+            new = new + (a, b)
+        parts = new
+    out = ()
+    for u in tl.static_range(len(parts)):
+        out = out + (tl.reshape(parts[u], (t.shape[0], t.shape[1])),)
+    return out
+
+
+@triton.jit
+def _walk_chunk(acc, x_rows, x_at, oks, dy_at, live, w0, S3: tl.constexpr, SO3: tl.constexpr,
+                ROW_TAPS: tl.constexpr, K3: tl.constexpr, ST3: tl.constexpr, KD3: tl.constexpr,
+                ID3: tl.constexpr, LO3: tl.constexpr, SX3: tl.constexpr, SD3: tl.constexpr, CW: tl.constexpr,
+                MASKED: tl.constexpr, W0: tl.constexpr):
+    """walk_wgrad_kernel's accumulators after CW output columns from w0 (their dy at dy_at; each
+    kernel row's input row at x_rows, the chunk's first window column at x_at): each input
+    column of the window loaded once and multiplied into every (output column, tap) that reads
+    it.
+
+    MASKED: every load masked (rows, channels, columns). Else the caller made every row and
+    channel pointer point at real data or at zeros, and either the chunk is W0 >= 0, a constant
+    (its columns outside x and dy are known at compile time: not loaded, their products
+    skipped), or (W0 < 0) every column is inside. Without input dilation the window and the dy
+    columns are then one [WALKERS, BLOCK_O, columns] load each (each thread's columns its own
+    registers, at immediate offsets from one pointer; one load op, not one per column, keeps
+    Triton's compile time down)."""
+    if W0 >= 0:
+        v0 = W0 * ST3 - LO3  # dilated input column of the window's start
+    else:
+        v0 = w0 * ST3 - LO3
+    span: tl.constexpr = _window(CW, ST3, KD3, K3)
+    windows: tl.constexpr = not MASKED and ID3 == 1
+    if windows:
+        jd = tl.arange(0, _pow2(CW))[None, None, :]
+        if W0 >= 0:
+            ok_d = jd < min(CW, SO3 - W0)
+        else:
+            ok_d = jd < CW
+        dys = _columns(tl.load(dy_at[:, :, None] + jd * SD3, mask=ok_d, other=0.0).to(tl.float32), _pow2(CW))
+    else:
+        dys = ()
+        for jj in tl.static_range(CW):
+            if MASKED:
+                v = tl.load(dy_at + jj * SD3, mask=live & (w0 + jj < SO3), other=0.0).to(tl.float32)
+            elif W0 + jj < SO3:
+                v = tl.load(dy_at + jj * SD3).to(tl.float32)
+            else:
+                v = tl.zeros(live.shape, tl.float32)  # past the row: never used
+            dys = dys + (v,)
+    for q in tl.static_range(ROW_TAPS):
+        if windows:
+            je = tl.arange(0, _pow2(span))[None, None, :]
+            if W0 >= 0:
+                ok_x = (je < span) & (je + v0 >= 0) & (je + v0 < S3)
+                base = x_rows[q] + v0 * SX3
+            else:
+                ok_x = je < span
+                base = x_at[q]
+            xs = _columns(tl.load(base[:, :, None] + je * SX3, mask=ok_x, other=0.0).to(tl.float32), _pow2(span))
+        row = ()  # the kernel row's K3 accumulators
+        for t3 in tl.static_range(K3):
+            row = row + (acc[q * K3 + t3],)
+        for e in tl.static_range(span):
+            if _column_used(e, CW, 0, ST3, KD3, K3, K3) and _chunk_reads(W0, e, S3, ST3, ID3, LO3):
+                if windows:
+                    xv = xs[_split_index(e, _pow2(span))]
+                elif MASKED:
+                    col = v0 + e
+                    real = (col >= 0) & (col <= (S3 - 1) * ID3)
+                    if ID3 > 1:
+                        real = real & (col % ID3 == 0)
+                    xv = tl.load(x_rows[q] + (col // ID3) * SX3, mask=oks[q] & real, other=0.0).to(tl.float32)
+                else:
+                    xv = tl.load(x_rows[q] + ((v0 + e) // ID3) * SX3).to(tl.float32)
+                new = ()
+                for t3 in tl.static_range(K3):
+                    a = row[t3]
+                    if _output_of_column(e, t3, ST3, KD3, CW) >= 0:
+                        if W0 < 0 or W0 + _output_of_column(e, t3, ST3, KD3, CW) < SO3:
+                            if windows:
+                                a += xv * dys[_split_index(_output_of_column(e, t3, ST3, KD3, CW), _pow2(CW))]
+                            else:
+                                a += xv * dys[_output_of_column(e, t3, ST3, KD3, CW)]
+                    new = new + (a,)
+                row = new
+        new = ()
+        for t in tl.static_range(ROW_TAPS * K3):
+            if t // K3 == q:
+                new = new + (row[t % K3],)
+            else:
+                new = new + (acc[t],)
+        acc = new
+    return acc
+
+
+@triton.jit
+def _walk_rows(acc, x_ptr, dy_ptr, zero_ptr, x_lanes, d_lanes, lane_ok, start, end, S1, S2, SO1, SO2,
+               ST1, ST2, KD1, KD2, ID1, ID2, LO1, LO2, sxn, sx1, sx2, sdn, sd1, sd2,
+               S3: tl.constexpr, SO3: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, K3: tl.constexpr,
+               ST3: tl.constexpr, KD3: tl.constexpr, ID3: tl.constexpr, LO3: tl.constexpr, SX3: tl.constexpr,
+               SD3: tl.constexpr, INT64: tl.constexpr, CW: tl.constexpr, WALKERS: tl.constexpr, PART: tl.constexpr):
+    """walk_wgrad_kernel's accumulators after its rows' first chunk (PART 0: rows and channels
+    without data point at zeros, columns outside x skipped at compile time), their middle
+    chunks (1: unmasked), their last chunk (2, as 0), or all their chunks with every load
+    masked (3). Each part is its own loop over the rows, so that Triton's passes, which walk
+    each memory op's dataflow, see one part's code at a time (compile time)."""
+    last: tl.constexpr = (SO3 - 1) // CW * CW  # the last chunk's first column
+    for r0 in range(start, end, WALKERS):
+        row = r0 + tl.arange(0, WALKERS)[:, None]  # [WALKERS, 1]
+        j2 = row % SO2
+        j1 = (row // SO2) % SO1
+        n = row // (SO2 * SO1)
+        if INT64:
+            n = n.to(tl.int64)
+        live = (row < end) & lane_ok[None, :]
+        x_rows = ()  # per kernel row (t1, t2): its input row, and whether it is a real one
+        oks = ()
+        for t1 in tl.static_range(K1):
+            i1, ok1 = input_index(j1, t1, ST1, KD1, ID1, LO1, S1, live)
+            for t2 in tl.static_range(K2):
+                i2, ok2 = input_index(j2, t2, ST2, KD2, ID2, LO2, S2, ok1)
+                at = x_ptr + n * sxn + i1 * sx1 + i2 * sx2 + x_lanes
+                if PART < 3:
+                    at = tl.where(ok2, at, zero_ptr)
+                x_rows = x_rows + (at,)
+                oks = oks + (ok2,)
+        dy_at = dy_ptr + n * sdn + j1 * sd1 + j2 * sd2 + d_lanes
+        if PART < 3:
+            dy_at = tl.where(live, dy_at, zero_ptr)
+        if PART == 0:
+            acc = _walk_chunk(acc, x_rows, x_rows, oks, dy_at, live, 0, S3, SO3, K1 * K2, K3, ST3, KD3, ID3,
+                              LO3, SX3, SD3, CW, False, 0)
+        elif PART == 1:
+            x_at = ()
+            for q in tl.static_range(K1 * K2):
+                x_at = x_at + (x_rows[q] + (CW * ST3 - LO3) * SX3,)
+            dy_mid = dy_at + CW * SD3
+            for w0 in range(CW, last, CW):
+                acc = _walk_chunk(acc, x_rows, x_at, oks, dy_mid, live, w0, S3, SO3, K1 * K2, K3, ST3, KD3,
+                                  ID3, LO3, SX3, SD3, CW, False, -1)
+                new = ()
+                for q in tl.static_range(K1 * K2):
+                    new = new + (x_at[q] + CW * ST3 * SX3,)
+                x_at = new
+                dy_mid += CW * SD3
+        elif PART == 2:
+            acc = _walk_chunk(acc, x_rows, x_rows, oks, dy_at + last * SD3, live, last, S3, SO3, K1 * K2, K3,
+                              ST3, KD3, ID3, LO3, SX3, SD3, CW, False, last)
+        else:
+            for w0 in range(0, SO3, CW):
+                acc = _walk_chunk(acc, x_rows, x_rows, oks, dy_at + w0 * SD3, live, w0, S3, SO3, K1 * K2, K3,
+                                  ST3, KD3, ID3, LO3, SX3, SD3, CW, True, -1)
+    return acc
+
+
+@triton.jit
+def walk_wgrad_kernel(
+    x_ptr, dy_ptr, ws_ptr, zero_ptr,
+    ROWS, ROWS_PER_PROGRAM, O,
+    S1, S2, SO1, SO2,
+    ST1, ST2, KD1, KD2, ID1, ID2, LO1, LO2,
+    sxn, sx1, sx2, sxg, sxc,
+    sdn, sd1, sd2, sdg, sdo,
+    S3: tl.constexpr, SO3: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, K3: tl.constexpr,
+    ST3: tl.constexpr, KD3: tl.constexpr, ID3: tl.constexpr, LO3: tl.constexpr,
+    SX3: tl.constexpr, SD3: tl.constexpr, CG: tl.constexpr, OG: tl.constexpr, INT64: tl.constexpr,
+    CW: tl.constexpr, WALKERS: tl.constexpr, BLOCK_O: tl.constexpr, VEC: tl.constexpr,
+    PEELED: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """ws[chunk, (t1, t2, t3), c, o] = sum over the chunk's output rows of dy[r, o] *
+    x[(r*st + t*kd - lo) / idil, o // OG, c], every tap in one program.
+
+    Each thread owns VEC channels of one output row at a time (WALKERS consecutive rows side by
+    side) and walks along it in chunks of CW columns: the chunk's dy columns are loaded once,
+    then for each kernel row (t1, t2) each input column of the chunk's window is loaded and
+    converted once and multiplied into every (output column, tap) that reads it, resolved at
+    compile time. So all K1 * K2 * K3 accumulators stay in registers, one per tap (no column
+    axis to reduce), dy is read once and x once per kernel row, and a load feeds up to K3 FMAs.
+
+    PEELED (the launcher found the middle chunks' windows inside x): rows outside x, rows past
+    the program's last and channels past O point at zeros (zero_ptr, at least a row of x or dy
+    long), the first and last chunks are unrolled with their columns outside x skipped at
+    compile time, and the middle chunks load without masks at immediate offsets from running
+    pointers (SX3 and SD3, the column strides, are constexpr). Else every load is masked."""
+    if ALIGN > 1:
+        O = aligned(O, ALIGN)
+        sxn, sx1, sx2 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN)
+        sdn, sd1, sd2 = aligned(sdn, ALIGN), aligned(sd1, ALIGN), aligned(sd2, ALIGN)
+    c = tl.program_id(0)
+    g, k, lane_ok = _lanes(tl.program_id(1), O, OG, INT64, BLOCK_O, VEC)
+    x_lanes = (g * sxg + c * sxc)[None, :]
+    d_lanes = (g * sdg + k * sdo)[None, :]
+    start = tl.program_id(2) * ROWS_PER_PROGRAM
+    end = tl.minimum(start + ROWS_PER_PROGRAM, ROWS)
+    last: tl.constexpr = (SO3 - 1) // CW * CW  # the last chunk's first column
+    acc = ()
+    for t in tl.static_range(K1 * K2 * K3):
+        acc = acc + (tl.zeros((WALKERS, BLOCK_O), dtype=tl.float32),)
+    args = (x_ptr, dy_ptr, zero_ptr, x_lanes, d_lanes, lane_ok, start, end, S1, S2, SO1, SO2, ST1, ST2, KD1, KD2,
+            ID1, ID2, LO1, LO2, sxn, sx1, sx2, sdn, sd1, sd2)
+    if PEELED:  # the first chunks, the middle ones, the last ones: three loops over the rows
+        acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 0)
+        if last > CW:
+            acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 1)
+        if last > 0:
+            acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 2)
+    else:
+        acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 3)
+    # one store of every tap's sum (one memory op, not one per tap: Triton's compile time grows
+    # with memory ops times the kernel's size)
+    taps = tl.arange(0, _pow2(K1 * K2 * K3))[:, None]
+    sums = tl.zeros((_pow2(K1 * K2 * K3), BLOCK_O), dtype=tl.float32)
+    for t in tl.static_range(K1 * K2 * K3):
+        sums = tl.where(taps == t, tl.sum(acc[t], axis=0)[None, :], sums)
+    ws = ws_ptr + tl.program_id(2).to(tl.int64) * K1 * K2 * K3 * CG * O
+    tl.store(ws + (taps * CG + c) * O + (g * OG + k)[None, :], sums,
+             mask=(taps < K1 * K2 * K3) & lane_ok[None, :])
