@@ -286,7 +286,8 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
 # axis, windows past the input), channel blocks full and partial, one or two channels a thread.
 WALK_ROWS = [
     pytest.param((2, 12, 21, 8), (8, 3, 3, 1), {"padding": 1, "groups": 8}, id="2d_3x3_middle_chunks"),
-    pytest.param((1, 14, 30, 8), (8, 5, 5, 1), {"stride": 2, "padding": 2, "groups": 8}, id="2d_5x5_s2_middle_chunks"),
+    pytest.param((1, 14, 30, 8), (8, 5, 5, 1), {"stride": 2, "padding": 2, "groups": 8},
+                 id="2d_5x5_s2_middle_chunks"),
     pytest.param((1, 3, 9, 17, 8), (8, 3, 3, 3, 1), {"padding": 1, "groups": 8}, id="3d_middle_chunks"),
 ]
 

@@ -18,9 +18,9 @@ fixed order (deterministic). A second weight-gradient kernel (``Config.walk``) h
 thread walk one channel of an output row with all of its taps' accumulators in registers, its
 loads unmasked away from the padding: faster on X3D's 3-D layer at 56x56 (146 against 192 us)
 and ConvNeXt's 7x7 at 14x14 (39 against PyTorch's 47), slower elsewhere (bound by its
-2-byte loads and one thread's latency at a quarter occupancy: docs/PERFORMANCE.md), so it is
-an autotuning candidate, not a default. Channel counts that 16 does not divide still load vectors: the
-launchers tell the kernels the power of two that divides them (``alignment_hint``), which
+2-byte loads and their latency at a quarter occupancy: docs/PERFORMANCE.md), so it is an
+autotuning candidate, not a default. Channel counts that 16 does not divide still load
+vectors: the launchers tell the kernels the power of two that divides them (``alignment_hint``), which
 Triton cannot learn itself (MobileNetV3's 72 channels at 56x56: 28.5 against 50.0 us).
 
 Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
@@ -90,7 +90,7 @@ class Config:
     max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg; 0: the compiler's choice)
     phases: bool = False  # input-dilated: one stride-1 launch per output phase (phases_reason)
     flat: bool = False  # forward: a program's strips are consecutive in one order over all images' strips
-    walk: bool = False  # weight gradient: threads walk output rows, every tap in registers (walk_wgrad_kernel)
+    walk: bool = False  # weight gradient: threads walk output rows, every tap in registers (walk kernel)
 
 
 def supports(p):
@@ -299,7 +299,8 @@ def _walk_configs(p, base: Config) -> list[Config]:
     walk = replace(base, walk=True, block_o=32, vector=1, num_warps=4, cols=16, programs_per_sm=4)
     return [walk, replace(walk, cols=8, programs_per_sm=8), replace(walk, cols=8),
             replace(walk, programs_per_sm=8), replace(walk, cols=8, programs_per_sm=16),
-            replace(walk, programs_per_sm=16), replace(walk, cols=4), replace(walk, cols=8, programs_per_sm=2),
+            replace(walk, programs_per_sm=16), replace(walk, cols=4),
+            replace(walk, cols=8, programs_per_sm=2),
             replace(walk, cols=8, block_o=16), replace(walk, cols=8, block_o=64, vector=2),
             replace(walk, cols=8, num_warps=8)]
 
@@ -542,12 +543,13 @@ def _prepared_wgrad(p, config: Config, views):
 
 def _wgrad_chunks(p, config: Config, device):
     """(strips of outputs, strips per program, programs along the grid's last axis); with
-    ``walk``, output rows (walked by ``_walkers`` threads side by side) instead of strips."""
+    ``walk``, output rows (a program walks ``_walkers`` of them side by side) instead of strips."""
     Cg = group_channels(p)[0]
     K1, K2, _ = pad3(p.out_spatial, 1)  # the forward's kernel
     SO = pad3(p.kernel, 1)  # the forward's output
     if config.walk:
-        strips, step, other = p.w_shape[-1] * SO[0] * SO[1], _walkers(config), cdiv(p.out_channels, config.block_o) * Cg
+        strips, step = p.w_shape[-1] * SO[0] * SO[1], _walkers(config)
+        other = cdiv(p.out_channels, config.block_o) * Cg
     else:
         cols = config.cols or _wgrad_cols(SO[2])
         strips, step = p.w_shape[-1] * SO[0] * SO[1] * cdiv(SO[2], cols), config.block_p

@@ -422,7 +422,8 @@ def _walk_chunk(acc, x_rows, x_at, oks, dy_at, live, w0, S3: tl.constexpr, SO3: 
             else:
                 ok_x = je < span
                 base = x_at[q]
-            xs = _columns(tl.load(base[:, :, None] + je * SX3, mask=ok_x, other=0.0).to(tl.float32), _pow2(span))
+            xs = tl.load(base[:, :, None] + je * SX3, mask=ok_x, other=0.0).to(tl.float32)
+            xs = _columns(xs, _pow2(span))
         row = ()  # the kernel row's K3 accumulators
         for t3 in tl.static_range(K3):
             row = row + (acc[q * K3 + t3],)
@@ -464,7 +465,8 @@ def _walk_rows(acc, x_ptr, dy_ptr, zero_ptr, x_lanes, d_lanes, lane_ok, start, e
                ST1, ST2, KD1, KD2, ID1, ID2, LO1, LO2, sxn, sx1, sx2, sdn, sd1, sd2,
                S3: tl.constexpr, SO3: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, K3: tl.constexpr,
                ST3: tl.constexpr, KD3: tl.constexpr, ID3: tl.constexpr, LO3: tl.constexpr, SX3: tl.constexpr,
-               SD3: tl.constexpr, INT64: tl.constexpr, CW: tl.constexpr, WALKERS: tl.constexpr, PART: tl.constexpr):
+               SD3: tl.constexpr, INT64: tl.constexpr, CW: tl.constexpr, WALKERS: tl.constexpr,
+               PART: tl.constexpr):
     """walk_wgrad_kernel's accumulators after its rows' first chunk (PART 0: rows and channels
     without data point at zeros, columns outside x skipped at compile time), their middle
     chunks (1: unmasked), their last chunk (2, as 0), or all their chunks with every load
@@ -562,16 +564,21 @@ def walk_wgrad_kernel(
     acc = ()
     for t in tl.static_range(K1 * K2 * K3):
         acc = acc + (tl.zeros((WALKERS, BLOCK_O), dtype=tl.float32),)
-    args = (x_ptr, dy_ptr, zero_ptr, x_lanes, d_lanes, lane_ok, start, end, S1, S2, SO1, SO2, ST1, ST2, KD1, KD2,
-            ID1, ID2, LO1, LO2, sxn, sx1, sx2, sdn, sd1, sd2)
+    args = (x_ptr, dy_ptr, zero_ptr, x_lanes, d_lanes, lane_ok, start, end, S1, S2, SO1, SO2,
+            ST1, ST2, KD1, KD2, ID1, ID2, LO1, LO2, sxn, sx1, sx2, sdn, sd1, sd2)
+    # (the constexprs go one by one: in a tuple they would reach the callee as values)
     if PEELED:  # the first chunks, the middle ones, the last ones: three loops over the rows
-        acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 0)
+        acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS,
+                         0)
         if last > CW:
-            acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 1)
+            acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW,
+                             WALKERS, 1)
         if last > 0:
-            acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 2)
+            acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW,
+                             WALKERS, 2)
     else:
-        acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS, 3)
+        acc = _walk_rows(acc, *args, S3, SO3, K1, K2, K3, ST3, KD3, ID3, LO3, SX3, SD3, INT64, CW, WALKERS,
+                         3)
     # one store of every tap's sum (one memory op, not one per tap: Triton's compile time grows
     # with memory ops times the kernel's size)
     taps = tl.arange(0, _pow2(K1 * K2 * K3))[:, None]
