@@ -346,7 +346,13 @@ def _chunk_reads(w0, e, s, st, idil, lo):
 
 @triton.constexpr_function
 def _pow2(n):
-    return 1 << max(0, (n - 1).bit_length())
+    return triton.next_power_of_2(n)
+
+
+@triton.constexpr_function
+def _last_chunk(so, cols):
+    """The first output of the last chunk of ``cols`` outputs along a row ``so`` long."""
+    return (so - 1) // cols * cols
 
 
 @triton.constexpr_function
@@ -472,7 +478,7 @@ def _walk_rows(acc, x_ptr, dy_ptr, zero_ptr, x_lanes, d_lanes, lane_ok, start, e
     chunks (1: unmasked), their last chunk (2, as 0), or all their chunks with every load
     masked (3). Each part is its own loop over the rows, so that Triton's passes, which walk
     each memory op's dataflow, see one part's code at a time (compile time)."""
-    last: tl.constexpr = (SO3 - 1) // CW * CW  # the last chunk's first column
+    last: tl.constexpr = _last_chunk(SO3, CW)
     for r0 in range(start, end, WALKERS):
         row = r0 + tl.arange(0, WALKERS)[:, None]  # [WALKERS, 1]
         j2 = row % SO2
@@ -560,7 +566,7 @@ def walk_wgrad_kernel(
     d_lanes = (g * sdg + k * sdo)[None, :]
     start = tl.program_id(2) * ROWS_PER_PROGRAM
     end = tl.minimum(start + ROWS_PER_PROGRAM, ROWS)
-    last: tl.constexpr = (SO3 - 1) // CW * CW  # the last chunk's first column
+    last: tl.constexpr = _last_chunk(SO3, CW)
     acc = ()
     for t in tl.static_range(K1 * K2 * K3):
         acc = acc + (tl.zeros((WALKERS, BLOCK_O), dtype=tl.float32),)
