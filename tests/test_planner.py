@@ -218,13 +218,15 @@ def test_autotune_ranks_by_call_time_or_by_gpu_time(fakes, monkeypatch):
 
 
 def test_autotune_times_near_ties_again_longer(fakes, monkeypatch):
-    """Candidates within 5% of the best are timed again with a longer budget, and that timing
-    decides; a candidate further off is not timed again."""
+    """Candidates within 5% of the best are timed again with a longer budget in interleaved
+    rounds, and the median of their rounds decides (one round where slow wins does not); a
+    candidate further off is not timed again."""
     from ndconv.bench import timing
 
     del fakes["wrong"]  # timed in registry order: slow, fast, then far
     fakes["far"] = _fake("far")
-    quick = {0.05: iter([1.0, 1.04, 2.0]), 0.25: iter([1.2, 1.0])}  # by budget: first pass, then ties
+    rounds = [1.2, 1.0, 0.9, 1.1, 1.3, 0.95, 1.1, 1.0]  # slow, fast, slow, fast, ...
+    quick = {0.05: iter([1.0, 1.04, 2.0]), 0.0625: iter(rounds)}  # by budget: first pass, then ties
     timed = []
 
     def scripted(call, arg_sets, device, budget_s, max_repeats):
@@ -234,8 +236,8 @@ def test_autotune_times_near_ties_again_longer(fakes, monkeypatch):
     monkeypatch.setattr(timing, "time_fn", scripted)
     ndconv.autotune("gpu")
     chosen = planner.plan(_problem())
-    assert chosen.name == "fast" and timed == [0.05, 0.05, 0.05, 0.25, 0.25]
-    assert chosen.tuned.timings_ms == {"slow": {"default": 1.2}, "fast": {"default": 1.0}, "far": {"default": 2.0}}
+    assert chosen.name == "fast" and timed == [0.05] * 3 + [0.0625] * 8
+    assert chosen.tuned.timings_ms == {"slow": {"default": 1.15}, "fast": {"default": 1.0}, "far": {"default": 2.0}}
 
 
 def test_concurrent_threads_tune_a_problem_once(fakes, monkeypatch):

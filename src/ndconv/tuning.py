@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -54,10 +55,12 @@ RANKINGS = ("call", "gpu")
 REFERENCE_ELEMENTS = 1 << 24
 _BUDGET_S = 0.05  # timing budget per candidate
 _MAX_REPEATS = 25
-# The fastest config of each algorithm within this factor of the best is timed again, longer:
-# a 25-call median differs by a few percent between two runs on the H200 (docs/PERFORMANCE.md).
+# The fastest config of each algorithm within this factor of the best is timed again, longer, in
+# interleaved rounds (the median of the rounds' medians): a 25-call median differs by a few
+# percent between two runs on the H200, and timings taken one after another drift with the
+# clock (docs/PERFORMANCE.md).
 _CLOSE = 1.05
-_FINAL_BUDGET_S, _FINAL_MAX_REPEATS = 0.25, 200
+_FINAL_ROUNDS, _FINAL_BUDGET_S, _FINAL_MAX_REPEATS = 4, 0.25, 200
 
 try:
     import fcntl
@@ -145,9 +148,14 @@ def tune(p: ConvProblem, heuristic_name: str, rank: str = "call") -> Tuned | Non
             return None
         least = min(ms for ms, _, _ in fastest.values())
         close = {name: f for name, f in fastest.items() if f[0] <= _CLOSE * least}
-        if len(close) > 1:  # a near tie between algorithms: measured again, longer
+        if len(close) > 1:  # a near tie between algorithms: measured again, longer, interleaved
+            rounds = {name: [] for name in close}
+            for _ in range(_FINAL_ROUNDS):
+                for name, (_, _, call) in close.items():
+                    rounds[name].append(measure(call, _FINAL_BUDGET_S / _FINAL_ROUNDS,
+                                                _FINAL_MAX_REPEATS // _FINAL_ROUNDS))
             for name, (_, config, call) in close.items():
-                ms = measure(call, _FINAL_BUDGET_S, _FINAL_MAX_REPEATS)
+                ms = statistics.median(rounds[name])
                 timings[name][config_label(config)] = ms
                 fastest[name] = (ms, config, call)
     name = min(fastest, key=lambda n: fastest[n][0])
