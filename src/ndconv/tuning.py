@@ -56,9 +56,10 @@ REFERENCE_ELEMENTS = 1 << 24
 _BUDGET_S = 0.05  # timing budget per candidate
 _MAX_REPEATS = 25
 # The fastest config of each algorithm within this factor of the best is timed again, longer, in
-# interleaved rounds (the median of the rounds' medians): a 25-call median differs by a few
-# percent between two runs on the H200, and timings taken one after another drift with the
-# clock (docs/PERFORMANCE.md).
+# interleaved rounds on operands allocated anew each round (the median of the rounds' medians):
+# a 25-call median differs by a few percent between two runs on the H200, timings taken one
+# after another drift, and some kernels' times depend on where their operands lie
+# (docs/PERFORMANCE.md).
 _CLOSE = 1.05
 _FINAL_ROUNDS, _FINAL_BUDGET_S, _FINAL_MAX_REPEATS = 4, 0.25, 200
 
@@ -122,8 +123,8 @@ def tune(p: ConvProblem, heuristic_name: str, rank: str = "call") -> Tuned | Non
         expected, tol = testing.run_algorithm(heuristic_name, p, a, b), 2 * testing.tolerance(p)
     timings, rejected, fastest = {}, {}, {}  # fastest: algorithm -> (ms, config, call)
 
-    def measure(call, budget_s, max_repeats):
-        ms = time_fn(call, sets, p.device, budget_s=budget_s, max_repeats=max_repeats).median_ms
+    def measure(call, budget_s, max_repeats, operands=sets):
+        ms = time_fn(call, operands, p.device, budget_s=budget_s, max_repeats=max_repeats).median_ms
         return max(ms, _host_ms(call, a, b)) if rank == "call" else ms
 
     with torch.no_grad():
@@ -150,16 +151,31 @@ def tune(p: ConvProblem, heuristic_name: str, rank: str = "call") -> Tuned | Non
         close = {name: f for name, f in fastest.items() if f[0] <= _CLOSE * least}
         if len(close) > 1:  # a near tie between algorithms: measured again, longer, interleaved
             rounds = {name: [] for name in close}
-            for _ in range(_FINAL_ROUNDS):
+            for operands in _placements(p, sets, _FINAL_ROUNDS):
                 for name, (_, _, call) in close.items():
                     rounds[name].append(measure(call, _FINAL_BUDGET_S / _FINAL_ROUNDS,
-                                                _FINAL_MAX_REPEATS // _FINAL_ROUNDS))
+                                                _FINAL_MAX_REPEATS // _FINAL_ROUNDS, operands))
             for name, (_, config, call) in close.items():
                 ms = statistics.median(rounds[name])
                 timings[name][config_label(config)] = ms
                 fastest[name] = (ms, config, call)
     name = min(fastest, key=lambda n: fastest[n][0])
     return Tuned(name, fastest[name][1], timings, rejected)
+
+
+def _placements(p: ConvProblem, sets: list, rounds: int) -> list:
+    """Operand sets for the final rounds: ``sets``, then sets drawn anew and all kept alive, so
+    that each round's operands lie elsewhere in memory (on the H200 a TMA kernel's time on
+    r50_3x3_7 moved between 30.7 and 37.7 us with where its operands lay, PyTorch's by 1%:
+    docs/PERFORMANCE.md, thirty-third session); ``sets`` every round off the GPU, or where the
+    new sets would take more than a quarter of the GPU's free memory."""
+    from . import testing
+
+    device = sets[0][0].device
+    nbytes = sum(t.nbytes for pair in sets for t in pair)
+    if device.type != "cuda" or (rounds - 1) * nbytes > torch.cuda.mem_get_info(device)[0] // 4:
+        return [sets] * rounds
+    return [sets] + [testing.operand_sets(p, seed=1000 * r, device=device) for r in range(1, rounds)]
 
 
 def _host_ms(call, a, b, calls: int = 5) -> float:
