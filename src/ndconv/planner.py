@@ -292,9 +292,10 @@ def _measured_first(p: ConvProblem) -> str | None:
     kernels and more over 14- to 28-row inputs (depthwise.wgrad_wins: X3D's 3x3x3 layers 36-373
     us against 0.24-3.4 ms, EfficientNet-B0's 5x5 stride 2 at 14x14 28.9 against 290 us) and
     2-D and 3-D ones of at most 64 output channels with 3
-    taps along the last axis, which the TMA kernel computes sharing each dy box across the 3 taps
-    in 64 x 64 tiles (r50_3x3_56 42.0 against 51.1 us, conv3d_3x3x3 198 against 202-207; at 256
-    channels, in 128 x 64 tiles, 40.5 against PyTorch's 37.0: PyTorch kept), and 2-D transposed
+    taps along the last axis, which the TMA kernel computes in 64 x 64 tiles of 128 positions a
+    step (implicit_gemm.long_step_wgrad: r50_3x3_56 39.5 against 50 us, conv3d_3x3x3 197 against
+    204; at 256 channels, in 128 x 128 tiles, 36.6-36.9 against PyTorch's 37.9-38.1: PyTorch
+    kept), and 2-D transposed
     ones whose phases run in one launch (a 3x3 stride-2 decoder layer's 37 against 43 us,
     convT_4x4s2 118 against 117-120; strided forwards' in one launch lose: r50's 3x3 stride 2
     47 against 45, 43 against 41, 46 against 37), and pointwise ones whose reduction is at least
@@ -369,9 +370,8 @@ def _measured_first(p: ConvProblem) -> str | None:
     if p.pass_ == "wgrad":
         if depthwise.supports(p)[0] and (p.ndim == 1 or depthwise.wgrad_wins(p)):
             return None
-        if implicit_gemm.tma_reason(p) is None and not _host_bound(p):  # 64-wide tiles sharing dy's boxes
-            config = implicit_gemm.tma_wgrad_config(p)
-            if config.taps > 1 and config.block_m == 64:
+        if implicit_gemm.tma_reason(p) is None and not _host_bound(p):
+            if implicit_gemm.long_step_wgrad(p):  # 64 x 64 tiles, 128 positions a step
                 return None
             if any(d > 1 for d in p.input_dilation) and implicit_gemm.phases_in_one_launch(p):  # transposed
                 return None

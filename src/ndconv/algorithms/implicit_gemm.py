@@ -803,12 +803,12 @@ def tma_wgrad_config(p) -> Config:
     """The TMA weight-gradient kernel's tiles: block_m x block_n of dw (output x input channels
     of one tap; wgmma's M and N), block_k output positions per reduction step (one box).
 
-    2-D and 3-D problems at stride 1 with 3 taps along the last axis run them in one program,
-    sharing each dy box, in tiles of at most 128 x 64 on 4 warps and 3 stages (4 boxes per stage
-    in shared memory, 3 accumulators; more taps per program would spill registers), measured on
-    the H200 (bf16): r50_3x3_56 53.2 -> 43.4 us (PyTorch 48.8), r50_3x3_14 51.6 -> 38.9
-    (PyTorch 39.9), conv3d_3x3x3 234 -> 198 (PyTorch 202-207; at splits rounded up, 251 -> 262:
-    _wgrad_split). Not on phases of transposed ones (2 taps each: convT_4x4s2 174 -> 176-240).
+    One tap per program: 128 x 128 tiles on 8 warps, 64 x 64 ones (64-channel layers) with 128
+    positions a step, 4 stages. Measured on the H200 (bf16, thirty-third session, two autotuned
+    runs): r50_3x3_56 39.4-39.6 us against 43.7-44.2 with its 3 last-axis taps in one program
+    sharing dy's boxes (the fifteenth session's default, now an autotuning candidate) and 45.8
+    with 64 positions a step; r50_3x3_14 36.6-36.9 against 45.1 with 3 taps; conv3d_3x3x3
+    197-198 against 200-212.
 
     Pointwise ones (1x1, stride 1: one GEMM over N*S rows) in 64 x 64 tiles and 6 stages, on all
     eight of ResNet-50's 1x1 layers (batch 64) faster than the tiles below: 45.7 -> 44.5 us at
@@ -817,13 +817,21 @@ def tma_wgrad_config(p) -> Config:
     Cg, Og = group_channels(p)
     block_o = 128 if Og >= 128 else 64
     block_c = pow2_at_least(Cg, 16, 128)
-    taps3 = p.out_spatial[-1]  # the forward's kernel along the last axis
     if pointwise_wgrad(p):
         return Config(64, min(block_c, 64), 64, 4, 6, tma=True)
-    if p.ndim >= 2 and _plain_wgrad(p) and taps3 == WGRAD_TAPS_MAX:
-        return Config(block_o, min(block_c, 64), 64, 4, 3, tma=True, taps=taps3)
+    small = block_o * block_c <= 64 * 64
     warps = 8 if block_o * block_c >= 128 * 128 else 4
-    return Config(block_o, block_c, 64, warps, 4, tma=True)
+    return Config(block_o, block_c, 128 if small else 64, warps, 4, tma=True)
+
+
+def long_step_wgrad(p) -> bool:
+    """Whether weight-gradient problem ``p`` is a stride-1 2-D or 3-D one with 3 taps along the
+    last axis (3x3, 3x3x3) in 64 x 64 tiles, which tma_wgrad_config steps 128 positions at a
+    time: measured faster than PyTorch's on the H200 (r50_3x3_56 39.5 against 50 us, conv3d_3x3x3
+    197 against 204; thirty-third session)."""
+    config = tma_wgrad_config(p)
+    return (p.ndim >= 2 and _plain_wgrad(p) and p.out_spatial[-1] == 3 and config.block_m == 64
+            and config.block_k == 128)
 
 
 # TMA weight-gradient tiles worth trying (block_o, block_c, positions, warps, stages)
