@@ -829,9 +829,7 @@ def long_step_wgrad(p) -> bool:
     last axis (3x3, 3x3x3) in 64 x 64 tiles, which tma_wgrad_config steps 128 positions at a
     time: measured faster than PyTorch's on the H200 (r50_3x3_56 39.5 against 50 us, conv3d_3x3x3
     197 against 204; thirty-third session)."""
-    config = tma_wgrad_config(p)
-    return (p.ndim >= 2 and _plain_wgrad(p) and p.out_spatial[-1] == 3 and config.block_m == 64
-            and config.block_k == 128)
+    return p.ndim >= 2 and _plain_wgrad(p) and p.out_spatial[-1] == 3 and tma_wgrad_config(p).block_k == 128
 
 
 # TMA weight-gradient tiles worth trying (block_o, block_c, positions, warps, stages)
