@@ -265,7 +265,7 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
 
     p = for_pass(make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args), pass_)
     assert depthwise.supports(p)[0]
-    base = depthwise.default_config(p)
+    base = depthwise._strip_wgrad_config(p) if pass_ == "wgrad" else depthwise.default_config(p)
     small = replace(base, block_p=4, block_o=8) if pass_ == "wgrad" else replace(base, tile_w=1)
     flipped_order = replace(base, channels_fastest=not base.channels_fastest)  # the grid's other order
     unrolled = replace(base, rows_unrolled=True, cols=3)  # kernel rows unrolled (forward passes)
@@ -299,11 +299,32 @@ def test_depthwise_walking_weight_gradient(x_shape, w_shape, args):
     from ndconv.algorithms import depthwise
 
     p = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args).wgrad()
-    walk = replace(depthwise.default_config(p), walk=True, num_warps=1)
+    walk = replace(depthwise._strip_wgrad_config(p), walk=True, num_warps=1)
     for config in [replace(walk, block_o=8, vector=1, cols=3), replace(walk, block_o=16, vector=1, cols=4),
                    replace(walk, block_o=4, vector=2, cols=4, programs_per_sm=1)]:
         report = testing.check("depthwise", p, seed=7, config=config)
         assert report.ok, f"{config} on {p}: {report}"
+
+
+def test_depthwise_weight_gradient_walks_by_default_where_it_wins():
+    """depthwise.walk_wins (measured on the H200): stride-1 2-D and 3-D weight gradients of 25-49
+    taps whose output rows fit one 16-column chunk take the walking kernel's first config by
+    default, which computes them right; 3x3 kernels, strides and wider rows keep the strips."""
+    from ndconv.algorithms import depthwise
+
+    def problem(x, w, **args):
+        return make_problem(x, w, groups=x[-1], dtype=torch.float32, device=DEVICE, **args).wgrad()
+
+    walked = [problem((2, 7, 7, 8), (8, 5, 5, 1), padding=2), problem((1, 3, 5, 6, 8), (8, 3, 3, 3, 1), padding=1)]
+    for p in walked:
+        config = depthwise.default_config(p)
+        assert config.walk and config == depthwise.configs(p)[0] and depthwise.wgrad_wins(p)
+        report = testing.check("depthwise", p, seed=5)
+        assert report.ok, f"{config} on {p}: {report}"
+    kept = [problem((2, 7, 7, 8), (8, 3, 3, 1), padding=1), problem((2, 14, 14, 8), (8, 5, 5, 1), stride=2, padding=2),
+            problem((2, 17, 17, 8), (8, 7, 7, 1), padding=3), problem((2, 7, 7, 8), (8, 7, 7, 1), padding=6,
+                                                                   kernel_dilation=2)]
+    assert not any(depthwise.default_config(p).walk for p in kept)
 
 
 def test_depthwise_walk_peels_rows_whose_middle_chunks_read_inside_the_input():

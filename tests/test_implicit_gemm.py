@@ -137,12 +137,19 @@ def test_gpu_defaults(monkeypatch):
         chosen = planner._choose(regnet(x_shape, groups).wgrad())
         assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (x_shape, chosen.reason)
     # depthwise weight gradients: PyTorch's, but strided 5x5 ones over 14-28 rows (cuDNN's 10x
-    # slower) and 3-D ones (7-12x slower)
+    # slower), 3-D ones (7-12x slower) and, on the walking kernel, stride-1 ones of 25-49 taps
+    # whose output rows fit one chunk (depthwise.walk_wins)
     depthwise_cases = {c.name: c for c in load_suite("depthwise")}
-    for name, algorithm in (("effb0_dw5x5s2_14_c672", "depthwise"), ("effb0_dw5x5s2_56_c144", "native"),
-                            ("mbv2_dw3x3s2_28_c192", "native"), ("effb0_dw5x5_14_c672", "native"),
-                            ("x3d_dw3x3x3_28_c108", "depthwise"), ("x3d_dw3x3x3s2_112_c54", "depthwise")):
-        assert planner._choose(depthwise_cases[name].problem("cuda").wgrad()).name == algorithm, name
+    for name, algorithm, walk in (
+            ("effb0_dw5x5s2_14_c672", "depthwise", False), ("effb0_dw5x5s2_56_c144", "native", False),
+            ("mbv2_dw3x3s2_28_c192", "native", False), ("mbv2_dw3x3_14_c576", "native", False),
+            ("effb0_dw5x5_14_c672", "depthwise", True), ("convnext_dw7x7_14_c384", "depthwise", True),
+            ("convnext_dw7x7_7_c768", "depthwise", True), ("convnext_dw7x7_28_c192", "native", False),
+            ("x3d_dw3x3x3_14_c216", "depthwise", True), ("x3d_dw3x3x3_7_c432", "depthwise", True),
+            ("x3d_dw3x3x3_28_c108", "depthwise", False), ("x3d_dw3x3x3s2_14_c432", "depthwise", False),
+            ("x3d_dw3x3x3s2_112_c54", "depthwise", False)):
+        chosen = planner._choose(depthwise_cases[name].problem("cuda").wgrad())
+        assert (chosen.name, getattr(chosen.config, "walk", False)) == (algorithm, walk), name
     narrow_rows = regnet((64, 7, 7, 912), 38)  # 7-wide rows, 24-wide groups: the rows kernel
     assert all(planner._choose(q).config.kernel == "rows" for q in (narrow_rows, narrow_rows.dgrad()))
     # strided weight gradients: PyTorch's with symmetric padding (native._high_padding), though the

@@ -62,9 +62,12 @@ NAME = "depthwise"
 MAX_GROUP_WIDTH = 16
 # Most kernel rows (taps of all axes but the last) a config may unroll: compile time grows with them.
 _UNROLLED_ROWS_MAX = 9
-# The walking weight gradient: most taps (its accumulators, in registers) and its default chunk of columns.
+# The walking weight gradient: most taps (its accumulators, in registers), its chunk of columns
+# where a config gives none, and the fewest taps and widest output rows of its default (walk_wins).
 WALK_MAX_TAPS = 49
 WALK_COLS = 8
+WALK_MIN_TAPS = 25
+WALK_ROW_MAX = 16
 # Registers per thread at which three CTAs of 4 warps fit an SM's 64K (168 x 128 x 3 = 64512).
 THREE_CTAS_OF_4_WARPS = 168
 # 2-D forwards: strips of 3 rows become 4 where the tiles of 3 hold fewer useful outputs than
@@ -116,10 +119,29 @@ def wgrad_wins(p) -> bool:
     depthwise suite, 2026-12-02), 36-373 us against PyTorch's 243-3387, 6.9-12.2x."""
     if p.pass_ != "wgrad" or p.ndim == 1:
         return False
-    if p.ndim == 3:
+    if p.ndim == 3 or walk_wins(p):
         return True
     stride, kernel, size = p.kernel_dilation, p.out_spatial, p.in_spatial  # the forward's
     return any(s > 1 for s in stride) and math.prod(kernel) >= 25 and all(14 <= s <= 28 for s in size)
+
+
+def walk_wins(p) -> bool:
+    """Whether 2-D or 3-D weight gradient ``p`` runs on the walking kernel by default (its first
+    config, chunks of 16 columns): stride 1, no dilation, 25 to 49 taps and output rows of at
+    most 16 columns (one chunk a row). Measured on the H200 (bf16, the depthwise suite,
+    2026-12-03; docs/PERFORMANCE.md, thirty-fourth session), against the strip kernel and PyTorch: ConvNeXt-T's 7x7 at
+    14x14 38.0 against 45.4 and 46.5 us, at 7x7 25.4 against 30.8 and 31.5; EfficientNet-B0's
+    5x5 at 14x14 39.9 against 43.5 and 51.9; X3D-M's 3x3x3 at 14x14 34.8 against 48.5, at 7x7
+    27.1 against 32.6. It loses on 3x3 kernels (MobileNetV2's at 14x14 and 7x7: 59.0 and 28.9
+    against 31.6 and 20.9), strided ones (EfficientNet-B0's 5x5 stride 2 to 7x7: 36.4 against
+    24.4; X3D-M's to 28x28-7x7: 45.7-151.9 against 40.3-130.8) and on wider rows at 2-D
+    (ConvNeXt-T's 7x7 at 28x28 and 56x56, the thirty-second session) and at 28x28 in 3-D (113.7
+    against 92.3); X3D-M's 56x56 layer, where it wins (143.0 against 190.7), is left to
+    autotuning."""
+    if p.pass_ != "wgrad" or p.ndim == 1:
+        return False
+    undilated = all(d == 1 for d in (*p.kernel_dilation, *p.stride, *p.input_dilation))  # the forward's
+    return undilated and WALK_MIN_TAPS <= math.prod(p.out_spatial) <= WALK_MAX_TAPS and p.kernel[-1] <= WALK_ROW_MAX
 
 
 def _pow2_divisor(n: int, limit: int) -> int:
@@ -223,11 +245,12 @@ def default_config(p) -> Config:
     channels) and 1024 / block strips per step, so that each thread holds one 16-byte vector of
     channels per strip; strips of 4-8 outputs (_wgrad_cols). causal_dw1d_k4: 64 us (16 strips
     of 64 channels; 32 of 32: 65, 128-channel blocks 76-141, 8 warps 76-84); dw7x7_56: 136 us
-    (32 strips of 32 channels; 16 or 64 channels 171-213)."""
+    (32 strips of 32 channels; 16 or 64 channels 171-213). Where walk_wins, the walking kernel
+    (its first config) instead."""
     one_d = p.ndim == 1
     if p.pass_ == "wgrad":
-        block_o = _pow2_divisor(p.out_channels, 64)
-        return Config(max(1, 1024 // block_o), block_o, 4)
+        strips = _strip_wgrad_config(p)
+        return _walk_configs(p, strips)[0] if walk_wins(p) else strips
     if one_d:
         block_o = _pow2_divisor(p.out_channels, 128)
         strips = max(1, min(128, 2 * 32 * 8 // block_o))
@@ -255,8 +278,10 @@ def default_config(p) -> Config:
 def configs(p) -> list[Config]:
     base = default_config(p)
     if p.pass_ == "wgrad":
-        # walking rows first (within autotuning's first configs), then more strips in flight,
-        # other channel blocks, other strip lengths, more chunks, then the other walks
+        # the strip kernel's default and walking rows first (within autotuning's first configs),
+        # then more strips in flight, other channel blocks, other strip lengths, more chunks,
+        # then the other walks
+        base = _strip_wgrad_config(p)
         walks = _walk_configs(p, base)
         variants = walks[:3]
         variants += [replace(base, block_p=max(1, int(base.block_p * scale_p)), num_warps=warps,
@@ -283,11 +308,17 @@ def configs(p) -> list[Config]:
             variants += [replace(base, rows=rows) for rows in (1, 2, 3, 4) if rows != base.rows]
             variants += [replace(base, rows=rows, flat=not base.flat) for rows in (1, 2, 3, 4)]
         variants.append(replace(base, max_registers=0 if base.max_registers else THREE_CTAS_OF_4_WARPS))
-    out = []
+    out = [default_config(p)]
     for c in (base, *variants):
         if c not in out:
             out.append(c)
     return out
+
+
+def _strip_wgrad_config(p) -> Config:
+    """The strip kernel's weight-gradient config (default_config's docstring)."""
+    block_o = _pow2_divisor(p.out_channels, 64)
+    return Config(max(1, 1024 // block_o), block_o, 4)
 
 
 def _walk_configs(p, base: Config) -> list[Config]:
