@@ -136,13 +136,14 @@ def test_gpu_defaults(monkeypatch):
             ((64, 14, 14, 208), 26, "grouped", "rows"), ((64, 28, 28, 104), 13, "grouped", "rows")):
         chosen = planner._choose(regnet(x_shape, groups).wgrad())
         assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (x_shape, chosen.reason)
-    # depthwise weight gradients: PyTorch's, but strided 5x5 ones over 14-28 rows (cuDNN's 10x
-    # slower), 3-D ones (7-12x slower) and, on the walking kernel, stride-1 ones of 25-49 taps
-    # whose output rows fit one chunk (depthwise.walk_wins)
+    # depthwise weight gradients: PyTorch's, but strided 3x3 ones (1.03-1.15x slower), strided
+    # 5x5 ones over 14-28 rows (cuDNN's 10x slower), 3-D ones (7-12x slower) and, on the walking
+    # kernel, stride-1 ones of 25-49 taps whose output rows fit one chunk (depthwise.walk_wins)
     depthwise_cases = {c.name: c for c in load_suite("depthwise")}
     for name, algorithm, walk in (
             ("effb0_dw5x5s2_14_c672", "depthwise", False), ("effb0_dw5x5s2_56_c144", "native", False),
-            ("mbv2_dw3x3s2_28_c192", "native", False), ("mbv2_dw3x3_14_c576", "native", False),
+            ("mbv2_dw3x3s2_28_c192", "depthwise", False), ("mbv2_dw3x3s2_112_c96", "depthwise", False),
+            ("mbv2_dw3x3_14_c576", "native", False), ("mnv3_dw5x5s2_56_c72", "native", False),
             ("effb0_dw5x5_14_c672", "depthwise", True), ("convnext_dw7x7_14_c384", "depthwise", True),
             ("convnext_dw7x7_7_c768", "depthwise", True), ("convnext_dw7x7_28_c192", "native", False),
             ("x3d_dw3x3x3_14_c216", "depthwise", True), ("x3d_dw3x3x3_7_c432", "depthwise", True),

@@ -110,19 +110,23 @@ def supports(p):
 
 def wgrad_wins(p) -> bool:
     """Whether the direct kernel is the GPU's choice for 2-D or 3-D weight gradient ``p`` over
-    PyTorch's: every 3-D one, and 2-D strided ones with kernels of at least 25 taps over inputs
-    14 to 28 rows tall. Measured on the H200 (bf16): 2-D at batch 64, 144-960 channels
-    (2026-12-01, out/dw_wgrad_probe.py): 5x5 stride 2 at 14x14 17-34 us against PyTorch's
-    108-363 (EfficientNet-B0's 672 channels: 28.9 against 290), at 28x28 30-75 against 29-107;
-    at 7x7 0.8-1.3x PyTorch's time, at 56x56 79.1 against 60.8 (the depthwise suite); 3x3 stride
-    2 from 0.74x to 1.48x, stride 1 0.59-1.15x (PyTorch's kept). 3-D: X3D-M's 3x3x3 layers (the
-    depthwise suite, 2026-12-02), 36-373 us against PyTorch's 243-3387, 6.9-12.2x."""
+    PyTorch's: every 3-D one, 2-D strided ones with kernels of at most 9 taps, and those of at
+    least 25 taps over inputs 14 to 28 rows tall. Measured on the H200 (bf16): 2-D at batch 64,
+    144-960 channels (2026-12-01, out/dw_wgrad_probe.py): 5x5 stride 2 at 14x14 17-34 us
+    against PyTorch's 108-363 (EfficientNet-B0's 672 channels: 28.9 against 290), at 28x28
+    30-75 against 29-107; at 7x7 0.8-1.3x PyTorch's time, at 56x56 79.1 against 60.8 (the
+    depthwise suite); stride 1 0.59-1.15x (PyTorch's kept). 3x3 stride 2, MobileNetV2's four
+    layers (the depthwise suite, 2026-12-04, two processes): 94.3-94.7, 43.9-44.8, 20.7 and
+    16.1-16.2 us against 107.9-108.4, 45.5-46.0, 22.4-22.5 and 18.5 (docs/PERFORMANCE.md,
+    thirty-fifth session). 3-D: X3D-M's 3x3x3 layers (the depthwise suite, 2026-12-02), 36-373
+    us against PyTorch's 243-3387, 6.9-12.2x."""
     if p.pass_ != "wgrad" or p.ndim == 1:
         return False
     if p.ndim == 3 or walk_wins(p):
         return True
     stride, kernel, size = p.kernel_dilation, p.out_spatial, p.in_spatial  # the forward's
-    return any(s > 1 for s in stride) and math.prod(kernel) >= 25 and all(14 <= s <= 28 for s in size)
+    taps = math.prod(kernel)
+    return any(s > 1 for s in stride) and (taps <= 9 or taps >= 25 and all(14 <= s <= 28 for s in size))
 
 
 def walk_wins(p) -> bool:
