@@ -136,7 +136,7 @@ def test_gpu_defaults(monkeypatch):
             ((64, 14, 14, 208), 26, "grouped", "rows"), ((64, 28, 28, 104), 13, "grouped", "rows")):
         chosen = planner._choose(regnet(x_shape, groups).wgrad())
         assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (x_shape, chosen.reason)
-    # depthwise weight gradients: PyTorch's, but strided 3x3 ones (1.03-1.15x slower), strided
+    # depthwise weight gradients: PyTorch's, but strided 3x3 ones (PyTorch's 1.02-1.15x slower), strided
     # 5x5 ones over 14-28 rows (cuDNN's 10x slower), 3-D ones (7-12x slower) and, on the walking
     # kernel, stride-1 ones of 25-49 taps whose output rows fit one chunk (depthwise.walk_wins)
     depthwise_cases = {c.name: c for c in load_suite("depthwise")}
