@@ -295,11 +295,11 @@ def _measured_first(p: ConvProblem) -> str | None:
     stride-1 ones of 25-49 taps whose output rows fit 16 columns, depthwise.walk_wins:
     ConvNeXt-T's 7x7 at 14x14 and 7x7 38.0 and 25.4 against 46.5 and 31.5 us) and 2-D and 3-D
     ones of at most 64 output channels with 3 taps along the last axis, which the TMA kernel
-    computes in 64 x 64 tiles of 128 positions a step (implicit_gemm.long_step_wgrad: r50_3x3_56 39.5 against 50 us, conv3d_3x3x3 197 against
-    204; at 256 channels, in 128 x 128 tiles, 36.6-36.9 against PyTorch's 37.9-38.1: PyTorch
-    kept), and 2-D transposed
-    ones whose phases run in one launch (a 3x3 stride-2 decoder layer's 37 against 43 us,
-    convT_4x4s2 118 against 117-120; strided forwards' in one launch lose: r50's 3x3 stride 2
+    computes in 64 x 64 tiles of 128 positions a step (implicit_gemm.long_step_wgrad:
+    r50_3x3_56 39.5 against 50 us, conv3d_3x3x3 197 against 204; at 256 channels, in 128 x 128
+    tiles, 36.6-36.9 against PyTorch's 37.9-38.1: PyTorch kept), and 2-D transposed ones whose
+    phases run in one launch (a 3x3 stride-2 decoder layer's 37 against 43 us, convT_4x4s2 118
+    against 117-120; strided forwards' in one launch lose: r50's 3x3 stride 2
     47 against 45, 43 against 41, 46 against 37), and pointwise ones whose reduction is at least
     4x their weight's size (ResNet-50's 1x1 layers at 56x56: 44.5 against 49.9 and 58.8 us; at
     28x28 and below PyTorch's is faster or within 3%, 17-31 against 22-34); small groups that
