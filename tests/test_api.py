@@ -104,6 +104,23 @@ def test_zero_input_channels_give_zeros():
     assert y.shape == (2, 4, 3) and torch.equal(y, torch.zeros_like(y))
 
 
+def test_meta_tensors_give_shapes():
+    """Meta tensors (shape inference, models built empty) have no autocast to consult: a call
+    and both gradients give the shapes and dtypes the CPU gives, on the meta device."""
+    args = dict(stride=2, padding=([1, -1], [0, 2]), input_dilation=2, groups=2, flip=True)
+    found = {}
+    for device in ("cpu", "meta"):
+        x, w = (t.to(device).requires_grad_(True) for t in _data((2, 6, 6, 4), (4, 3, 3, 2), dtype=torch.float32))
+        y = ndconv.conv_general(x, w, **args)
+        y.sum().backward()
+        found[device] = [(t.shape, t.dtype, t.device.type) for t in (y, x.grad, w.grad)]
+    assert [f[:2] for f in found["meta"]] == [f[:2] for f in found["cpu"]]
+    assert {f[2] for f in found["meta"]} == {"meta"}
+    with torch.device("meta"), torch.no_grad():
+        layer = ndconv.nn.ConvTranspose2d(4, 6, 3, stride=2)
+        assert layer(torch.empty(1, 5, 5, 4)).shape == (1, 11, 11, 6)
+
+
 def test_non_contiguous_inputs():
     x_base, w_base = _data((2, 3, 8, 7), (5, 4, 3, 3))
     x = x_base.permute(0, 2, 3, 1)[:, ::2]  # [2, 4, 7, 3], strided

@@ -184,7 +184,9 @@ def conv_general(
         planner.lookup(algorithm)
     if isinstance(input, torch.Tensor):
         device_type = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheap test first
-        if torch.is_autocast_enabled(device_type):
+        # devices without autocast (meta: shape inference, models built empty) have none to ask about
+        autocast = input.is_cuda or torch.amp.is_autocast_available(device_type)
+        if autocast and torch.is_autocast_enabled(device_type):
             input, weight = _autocast(input, weight, device_type)
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
     compiling = torch.compiler.is_compiling()
