@@ -76,6 +76,7 @@ def test_transposed_layer(ndim):
         torch.nn.ConvTranspose1d(4, 6, 4, stride=2, padding=1, groups=2),
         torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
         torch.nn.ConvTranspose3d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1),
+        torch.nn.ConvTranspose2d(4, 6, 3, stride=(1, 2), padding=(3, 1)),  # beyond k - 1 at stride 1: a crop
         torch.nn.Conv1d(4, 6, 4, padding="same", dilation=3),
         torch.nn.Conv2d(3, 8, (4, 3), padding="same"),
         torch.nn.Conv3d(2, 4, (2, 3, 1), padding="valid"),
@@ -89,3 +90,11 @@ def test_from_torch_computes_the_same_function(module):
     x = torch.randn(2, *[6] * ndim, module.in_channels, dtype=torch.float64)
     expected = module(x.movedim(-1, 1).contiguous()).movedim(1, -1)
     torch.testing.assert_close(layer(x), expected)
+
+
+@pytest.mark.parametrize("module", [torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=3),
+                                    torch.nn.ConvTranspose1d(4, 6, 2, stride=3, padding=2, dilation=1)])
+def test_from_torch_refuses_transposed_padding_that_crops_a_strided_axis(module):
+    """PyTorch crops the output there, MLX the undilated input: not the same function."""
+    with pytest.raises(ValueError, match="crops its output"):
+        nn.from_torch(module)

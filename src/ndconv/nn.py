@@ -155,6 +155,8 @@ def from_torch(module: torch.nn.Module) -> _ConvNd:
     elif padding == "same":  # as torch: the odd one of an odd total at the high end
         total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
         padding = (tuple(t // 2 for t in total), tuple(t - t // 2 for t in total))
+    if cls._transposed:
+        _check_transposed_padding(module)
     g = module.groups
     w = module.weight.detach()
     if cls._transposed:  # torch [C_in, O/g, *K] -> [O, *K, C_in/g]
@@ -172,3 +174,18 @@ def from_torch(module: torch.nn.Module) -> _ConvNd:
         if module.bias is not None:
             layer.bias.copy_(module.bias.detach())
     return layer
+
+
+def _check_transposed_padding(module: torch.nn.Module) -> None:
+    """A transposed layer's padding beyond ``dilation * (kernel_size - 1)`` crops: PyTorch crops
+    its output (the dilated input), MLX the input before dilation. On strided axes these differ
+    and no layer here computes PyTorch's function, so the conversion refuses it (at stride 1
+    they are the same)."""
+    axes = [d for d, (k, dil, p, s) in enumerate(zip(module.kernel_size, module.dilation, module.padding,
+                                                       module.stride)) if p > dil * (k - 1) and s > 1]
+    if axes:
+        raise ValueError(
+            f"from_torch: {type(module).__name__}'s padding {tuple(module.padding)} exceeds dilation * "
+            f"(kernel_size - 1) on strided spatial axes {axes}: PyTorch crops its output there, MLX's "
+            f"transposed convolution (ndconv's) crops the input before dilation, so no ndconv layer "
+            f"computes the same function")
