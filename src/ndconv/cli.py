@@ -17,6 +17,7 @@ def _default_device() -> str:
 
 def _check(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from . import testing
@@ -36,11 +37,11 @@ def _check(args) -> int:
                 for name in names:
                     ok, reason = REGISTRY[name].supports(p)
                     if not ok:
-                        table.add_row(case.name, p.pass_, dtype_name, name, "-", "-", f"skipped: {reason}")
+                        table.add_row(case.name, p.pass_, dtype_name, name, "-", "-", f"skipped: {escape(reason)}")
                         continue
                     report = testing.check(name, p)
                     failures += not report.ok
-                    result = "[green]pass[/]" if report.ok else f"[red]FAIL[/] {report}"
+                    result = "[green]pass[/]" if report.ok else f"[red]FAIL[/] {escape(str(report))}"
                     table.add_row(case.name, p.pass_, dtype_name, name, f"{report.max_rel_err:.1e}",
                                   f"{report.tol:.0e}", result)
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -100,7 +101,7 @@ def _explain(args) -> int:
         planner.autotune(True)
     print(explain(x, w, ints(args.stride), padding, ints(args.kernel_dilation),
                   ints(args.input_dilation), args.groups, args.flip, algorithm=args.algorithm,
-                  dtype=_DTYPES[args.dtype], device=args.device))
+                  dtype=_DTYPES[args.dtype], device=args.device or _default_device()))
     return 0
 
 
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
                        "on cuda, cpu on cpu)")
     bench.add_argument("--case", nargs="+", help="only these case names")
     bench.add_argument("--passes", nargs="+", choices=["fwd", "dgrad", "wgrad"], help="only these passes")
-    bench.add_argument("--algorithm", nargs="+", help="algorithms to time (default: all but the reference)")
+    bench.add_argument("--algorithm", nargs="+", help="algorithms to time (default: all but the reference and native, the baseline)")
     bench.add_argument("--json", help="write every number to this JSON file")
     bench.add_argument("--plot", help="write a PNG bar chart of speed-ups to this file")
     bench.add_argument("--seed", type=int, default=0)
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
     check = sub.add_parser("check", help="every algorithm against the reference on built-in cases")
     check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
     check.add_argument("--dtype", nargs="+", choices=list(_DTYPES), default=["float32", "bfloat16"])
-    check.add_argument("--algorithm", nargs="+", help="algorithms to check (default: all)")
+    check.add_argument("--algorithm", nargs="+", help="algorithms to check (default: all but the reference, the oracle)")
     check.add_argument("--case", nargs="+", help="case names (default: all)")
     check.set_defaults(func=_check)
 
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     ex.add_argument("--groups", type=int, default=1)
     ex.add_argument("--flip", action="store_true")
     ex.add_argument("--dtype", choices=list(_DTYPES), default="float32")
-    ex.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ex.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
     ex.add_argument("--algorithm", help="show this algorithm forced")
     ex.add_argument("--autotune", action="store_true",
                     help="show the tuning cache's choices (as NDCONV_AUTOTUNE=1; nothing is tuned)")

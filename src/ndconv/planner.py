@@ -35,8 +35,8 @@ DEFAULT_PLAN_CACHE_SIZE = 128
 #   tensor-core tile would waste almost all its work there), block-diagonal packing or the
 #   direct grouped kernel other small groups, the Triton implicit GEMM every other
 #   fp16/bf16/fp32 problem, PyTorch's own convolution (cuDNN) the rest (float64). cuDNN's graphs
-#   (the optional cudnn algorithm) come after it in the order; _measured_first puts them first
-#   where they won, and autotuning times them everywhere they build.
+#   (the optional cudnn algorithm) come after it in the order (their host time per call outweighs
+#   the GPU time they save: docs/PERFORMANCE.md); autotuning times them everywhere they build.
 # - toeplitz (the banded tensor-core GEMM for long depthwise kernels) and stem (few input
 #   channels, a kernel row's taps as one window) are in no list: _measured_first puts them first
 #   where they were measured fastest.

@@ -16,10 +16,10 @@ strips (each strip's dy columns kept in registers, each input column loaded once
 taps that read it) and reduces over them into a float32 workspace, summed afterwards in a
 fixed order (deterministic). A second weight-gradient kernel (``Config.walk``) has each
 thread walk one channel of an output row with all of its taps' accumulators in registers, its
-loads unmasked away from the padding: faster on X3D's 3-D layer at 56x56 (146 against 192 us)
-and ConvNeXt's 7x7 at 14x14 (39 against PyTorch's 47), slower elsewhere (bound by its
-2-byte loads and their latency at a quarter occupancy: docs/PERFORMANCE.md), so it is an
-autotuning candidate, not a default. Channel counts that 16 does not divide still load
+loads unmasked away from the padding: the default for stride-1 kernels of 25 to 49 taps over
+rows of at most 16 columns (``walk_wins``: ConvNeXt's 7x7 at 14x14, 38 against PyTorch's 47
+us), an autotuning candidate elsewhere (slower on wider rows and short kernels, bound by its
+2-byte loads and their latency at a quarter occupancy: docs/PERFORMANCE.md). Channel counts that 16 does not divide still load
 vectors: the launchers tell the kernels the power of two that divides them (``alignment_hint``), which
 Triton cannot learn itself (MobileNetV3's 72 channels at 56x56: 28.5 against 50.0 us).
 
