@@ -110,7 +110,8 @@ def test_meta_tensors_give_shapes():
     args = dict(stride=2, padding=([1, -1], [0, 2]), input_dilation=2, groups=2, flip=True)
     found = {}
     for device in ("cpu", "meta"):
-        x, w = (t.to(device).requires_grad_(True) for t in _data((2, 6, 6, 4), (4, 3, 3, 2), dtype=torch.float32))
+        operands = _data((2, 6, 6, 4), (4, 3, 3, 2), dtype=torch.float32)
+        x, w = (t.to(device).requires_grad_(True) for t in operands)
         y = ndconv.conv_general(x, w, **args)
         y.sum().backward()
         found[device] = [(t.shape, t.dtype, t.device.type) for t in (y, x.grad, w.grad)]

@@ -37,7 +37,8 @@ def _check(args) -> int:
                 for name in names:
                     ok, reason = REGISTRY[name].supports(p)
                     if not ok:
-                        table.add_row(case.name, p.pass_, dtype_name, name, "-", "-", f"skipped: {escape(reason)}")
+                        table.add_row(case.name, p.pass_, dtype_name, name, "-", "-",
+                                      f"skipped: {escape(reason)}")
                         continue
                     report = testing.check(name, p)
                     failures += not report.ok
@@ -115,7 +116,8 @@ def main(argv=None) -> int:
                        "on cuda, cpu on cpu)")
     bench.add_argument("--case", nargs="+", help="only these case names")
     bench.add_argument("--passes", nargs="+", choices=["fwd", "dgrad", "wgrad"], help="only these passes")
-    bench.add_argument("--algorithm", nargs="+", help="algorithms to time (default: all but the reference and native, the baseline)")
+    bench.add_argument("--algorithm", nargs="+",
+                       help="algorithms to time (default: all but the reference and native, the baseline)")
     bench.add_argument("--json", help="write every number to this JSON file")
     bench.add_argument("--plot", help="write a PNG bar chart of speed-ups to this file")
     bench.add_argument("--seed", type=int, default=0)
@@ -124,7 +126,8 @@ def main(argv=None) -> int:
     check = sub.add_parser("check", help="every algorithm against the reference on built-in cases")
     check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
     check.add_argument("--dtype", nargs="+", choices=list(_DTYPES), default=["float32", "bfloat16"])
-    check.add_argument("--algorithm", nargs="+", help="algorithms to check (default: all but the reference, the oracle)")
+    check.add_argument("--algorithm", nargs="+",
+                       help="algorithms to check (default: all but the reference, the oracle)")
     check.add_argument("--case", nargs="+", help="case names (default: all)")
     check.set_defaults(func=_check)
 

@@ -155,11 +155,10 @@ def from_torch(module: torch.nn.Module) -> _ConvNd:
     elif padding == "same":  # as torch: the odd one of an odd total at the high end
         total = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
         padding = (tuple(t // 2 for t in total), tuple(t - t // 2 for t in total))
-    if cls._transposed:
-        _check_transposed_padding(module)
     g = module.groups
     w = module.weight.detach()
     if cls._transposed:  # torch [C_in, O/g, *K] -> [O, *K, C_in/g]
+        _check_transposed_padding(module)
         w = w.unflatten(0, (g, -1)).movedim(1, -1).flatten(0, 1)
     else:  # torch [O, C/g, *K] -> [O, *K, C/g]
         w = w.movedim(1, -1)

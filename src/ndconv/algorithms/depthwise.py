@@ -19,8 +19,8 @@ thread walk one channel of an output row with all of its taps' accumulators in r
 loads unmasked away from the padding: the default for stride-1 kernels of 25 to 49 taps over
 rows of at most 16 columns (``walk_wins``: ConvNeXt's 7x7 at 14x14, 38 against PyTorch's 47
 us), an autotuning candidate elsewhere (slower on wider rows and short kernels, bound by its
-2-byte loads and their latency at a quarter occupancy: docs/PERFORMANCE.md). Channel counts that 16 does not divide still load
-vectors: the launchers tell the kernels the power of two that divides them (``alignment_hint``), which
+2-byte loads and their latency at a quarter occupancy: docs/PERFORMANCE.md). Channel counts
+that 16 does not divide still load vectors: the launchers tell the kernels the power of two that divides them (``alignment_hint``), which
 Triton cannot learn itself (MobileNetV3's 72 channels at 56x56: 28.5 against 50.0 us).
 
 Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
