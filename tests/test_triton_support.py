@@ -9,7 +9,7 @@ import torch
 from triton.knobs import HookChain
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ndconv.algorithms.triton_support import _hooked, _RawLaunch, sum_partials
+from ndconv.algorithms.triton_support import _hooked, _RawLaunch, sum_partials, swap_channels
 
 
 def test_launch_hooks_count_only_when_set():
@@ -123,3 +123,25 @@ def test_sum_partials_sums_in_a_fixed_order_and_rounds_once(splits, transpose):
     torch.testing.assert_close(strided, expected.float(), rtol=1e-6, atol=1e-5)
     with pytest.raises(ValueError, match="must be contiguous with the elements of one of the partial sums"):
         sum_partials(partial, out[1:])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize(("shape", "strided"), [((1, 70, 3, 65), False), ((2, 5, 9, 3), False),
+                                                ((3, 4, 16, 8), True), ((1, 1, 1, 1), False)])
+def test_swap_channels_swaps_the_channel_axes_and_reverses_the_taps(shape, strided, reverse):
+    """The weight relayout of PyTorch's transposed convolutions: [G, A, T, B] -> [G, B, T, A]
+    exactly (a copy), the T axis reversed when asked, from contiguous and strided sources,
+    across tile edges (70 and 65 against 64-wide tiles); the launch, bound once per geometry,
+    is reused with new tensors."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(sum(shape))
+    for _ in range(2):  # the second call runs the bound launch on fresh tensors
+        src = torch.randn(shape, generator=g).to(device, torch.bfloat16)
+        if strided:  # every other element of a wider source, T and B axes swapped in memory
+            src = torch.randn(shape[0], shape[1], shape[3], 2 * shape[2], generator=g).to(device, torch.bfloat16)
+            src = src[..., ::2].transpose(2, 3)
+        expected = (src.flip(2) if reverse else src).permute(0, 3, 2, 1)
+        out = swap_channels(src, reverse)
+        assert out.is_contiguous() and out.shape == expected.shape
+        assert torch.equal(out, expected)
+

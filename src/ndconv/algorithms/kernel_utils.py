@@ -1,5 +1,5 @@
-"""@triton.jit helpers shared by the kernels, and the one kernel the weight gradients share: the sum
-of their float32 partial sums."""
+"""@triton.jit helpers shared by the kernels, and the kernels several algorithms launch: the sum of
+the weight gradients' float32 partial sums, and a tiled copy between layouts."""
 
 import triton
 import triton.language as tl
@@ -72,3 +72,35 @@ def sum_partials_kernel(ws_ptr, out_ptr, S, M, B, TRANSPOSE: tl.constexpr, INT64
     if TRANSPOSE:
         offs = offs % B * (M // B) + offs // B
     tl.store(out_ptr + offs, downcast(acc, out_ptr.dtype.element_ty, INTERPRET), mask=live)
+
+
+@triton.jit
+def planar_copy_kernel(
+    src_ptr, dst_ptr,
+    R1, R2, Q, C, Q_SRC, SHIFT,
+    ss0, ss1, ss2, ssq, ssc, sd0, sd1, sd2, sdq, sdc,
+    REVERSE: tl.constexpr, INT64: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """dst[r0, r1, r2, q, c] = src[r0, r1, r2', q - SHIFT, c] (zero where q - SHIFT is outside
+    [0, Q_SRC)), r2' = R2 - 1 - r2 when REVERSE else r2, both addressed by strides: between
+    channels-last operands (c contiguous) and planar ones (q contiguous), or a weight with its
+    two channel axes swapped and its taps (r2) reversed. A [BLOCK_Q, BLOCK_C] tile is read along
+    one and written along the other, both coalesced (Triton transposes the tile through shared
+    memory); PyTorch's copy of a transposed view reads or writes 2 bytes a sector."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(Q, BLOCK_Q)
+    q = (pid % tiles) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    row = pid // tiles
+    if INT64:
+        row, q, c = row.to(tl.int64), q.to(tl.int64), c.to(tl.int64)
+    r2 = row % R2
+    rest = row // R2
+    r1 = rest % R1
+    r0 = rest // R1
+    inside = (q < Q)[:, None] & (c < C)[None, :]
+    u = q - SHIFT
+    r2_src = R2 - 1 - r2 if REVERSE else r2
+    src = src_ptr + r0 * ss0 + r1 * ss1 + r2_src * ss2 + (u * ssq)[:, None] + (c * ssc)[None, :]
+    v = tl.load(src, mask=inside & ((u >= 0) & (u < Q_SRC))[:, None], other=0.0)
+    tl.store(dst_ptr + r0 * sd0 + r1 * sd1 + r2 * sd2 + (q * sdq)[:, None] + (c * sdc)[None, :], v, mask=inside)

@@ -12,7 +12,7 @@ channel: M = rows, K = the window of input positions a tile reads ((TILE_W-1)*st
 TILE_W. The band multiplies zeros: K*N products per tile where the convolution needs k*N, about
 (TILE_W + k - 1)/k times the useful work, which the tensor cores repay for long kernels.
 
-The operands are made planar first by a Triton transpose kernel (planar_copy_kernel): x to
+The operands are made planar first by a Triton transpose kernel (kernel_utils.planar_copy_kernel): x to
 [G, N, *S] with the band axis last, shifted by its low pad and zero-filled so that every window
 starts at a multiple of 16 elements (unaligned windows made Triton split the loads into 2-byte
 ones: 2.5x slower), and the result computed as [O, N, *S_out] and copied into place (about
@@ -54,6 +54,7 @@ from .triton_support import (
     meta_views,
     needs_int64,
     pad3,
+    planar_copy_launch,
     pow2_at_least,
 )
 
@@ -156,16 +157,6 @@ def _rows_view(t: torch.Tensor, axes, D: int) -> torch.Tensor:
     return v
 
 
-def _planar_copy(src: torch.Tensor, dst: torch.Tensor, shift: int = 0):
-    """(grid, args, meta) of dst[r0, r1, r2, q, c] = src[r0, r1, r2, q - shift, c], zero outside
-    src (5-D views)."""
-    R0, R1, R2, Q, C = dst.shape
-    block_q, block_c = 64, 64
-    return ((R0 * R1 * R2 * cdiv(Q, block_q), cdiv(C, block_c)),
-            (src, dst, R1, R2, Q, C, src.shape[3], shift, *src.stride(), *dst.stride()),
-            dict(INT64=needs_int64(src, dst), BLOCK_Q=block_q, BLOCK_C=block_c))
-
-
 def _launches(p, x, w, out, config: Config):
     """The forward on the grouped views x [N, *S, G, 1], w [G, Og, *K, 1], out [N, *S_out, G, Og]
     as four launches, and the buffers they share (new on x's device; meta ones for a prepared
@@ -175,7 +166,8 @@ def _launches(p, x, w, out, config: Config):
     zero-filled to whole windows (a multiple of 16 positions: planar position q holds input
     position q - lo); y planar [O, N, *S_out in order], the band axis in whole tiles. Each
     launch as (kernel, (grid, args, meta), the tensors in args it reads and writes)."""
-    from .toeplitz_kernels import planar_copy_kernel, toeplitz_fwd_kernel, toeplitz_table_kernel
+    from .kernel_utils import planar_copy_kernel
+    from .toeplitz_kernels import toeplitz_fwd_kernel, toeplitz_table_kernel
 
     D = p.ndim
     a = band_axis(p)
@@ -210,9 +202,9 @@ def _launches(p, x, w, out, config: Config):
     y_src, y_dst = yp.permute(1, 2, 3, 4, 0), _rows_view(out.view(*out.shape[:-2], -1), order, D)
     return (table, xp, yp), [
         (toeplitz_table_kernel, make_table, (wo, table)),
-        (planar_copy_kernel, _planar_copy(x_src, x_dst, LO[2]), (x_src, x_dst)),
+        (planar_copy_kernel, planar_copy_launch(x_src, x_dst, LO[2]), (x_src, x_dst)),
         (toeplitz_fwd_kernel, product, (xp, table, yp)),
-        (planar_copy_kernel, _planar_copy(y_src, y_dst), (y_src, y_dst)),
+        (planar_copy_kernel, planar_copy_launch(y_src, y_dst), (y_src, y_dst)),
     ]
 
 

@@ -98,33 +98,3 @@ def toeplitz_table_kernel(
     v = tl.load(w_ptr + o.to(tl.int64) * swo + t1 * sw1 + t2 * sw2 + t3 * sw3, mask=tap, other=0.0)
     row = table_ptr + (o.to(tl.int64) * (K1 * K2) + t12) * (WINDOW * TILE_W)
     tl.store(row + i * TILE_W + j, v, mask=i < WINDOW)
-
-
-@triton.jit
-def planar_copy_kernel(
-    src_ptr, dst_ptr,
-    R1, R2, Q, C, Q_SRC, SHIFT,
-    ss0, ss1, ss2, ssq, ssc, sd0, sd1, sd2, sdq, sdc,
-    INT64: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
-):
-    """dst[r0, r1, r2, q, c] = src[r0, r1, r2, q - SHIFT, c] (zero where q - SHIFT is outside
-    [0, Q_SRC)), both addressed by strides: between channels-last operands (c contiguous) and
-    planar ones (q contiguous). A [BLOCK_Q, BLOCK_C] tile is read along one and written along the
-    other, both coalesced (Triton transposes the tile through shared memory); PyTorch's copy of a
-    transposed view reads or writes 2 bytes a sector."""
-    pid = tl.program_id(0)
-    tiles = tl.cdiv(Q, BLOCK_Q)
-    q = (pid % tiles) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    row = pid // tiles
-    if INT64:
-        row, q, c = row.to(tl.int64), q.to(tl.int64), c.to(tl.int64)
-    r2 = row % R2
-    rest = row // R2
-    r1 = rest % R1
-    r0 = rest // R1
-    inside = (q < Q)[:, None] & (c < C)[None, :]
-    u = q - SHIFT
-    src = src_ptr + r0 * ss0 + r1 * ss1 + r2 * ss2 + (u * ssq)[:, None] + (c * ssc)[None, :]
-    v = tl.load(src, mask=inside & ((u >= 0) & (u < Q_SRC))[:, None], other=0.0)
-    tl.store(dst_ptr + r0 * sd0 + r1 * sd1 + r2 * sd2 + (q * sdq)[:, None] + (c * sdc)[None, :], v, mask=inside)

@@ -6,7 +6,7 @@ prepared plan."""
 from __future__ import annotations
 
 import os
-from functools import cache
+from functools import cache, lru_cache
 
 import torch
 
@@ -283,6 +283,40 @@ def bound_sum_partials(workspace_shape, result_shape, dtype, transpose: bool = F
     ws = torch.empty(workspace_shape, device="meta", dtype=torch.float32)
     out = torch.empty(result_shape, device="meta", dtype=dtype)
     return BoundLaunch(sum_partials_kernel, *sum_partials_launch(ws, out, transpose), operands=(ws, out))
+
+
+def planar_copy_launch(src: torch.Tensor, dst: torch.Tensor, shift: int = 0, reverse: bool = False):
+    """(grid, args, meta) of kernel_utils.planar_copy_kernel: dst[r0, r1, r2, q, c] =
+    src[r0, r1, r2', q - shift, c] (5-D views; zero outside src), r2' reversed if ``reverse``."""
+    R0, R1, R2, Q, C = dst.shape
+    block_q, block_c = 64, 64
+    return ((R0 * R1 * R2 * cdiv(Q, block_q), cdiv(C, block_c)),
+            (src, dst, R1, R2, Q, C, src.shape[3], shift, *src.stride(), *dst.stride()),
+            dict(REVERSE=reverse, INT64=needs_int64(src, dst), BLOCK_Q=block_q, BLOCK_C=block_c))
+
+
+def swap_channels(src: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    """``src`` [G, A, T, B] (any strides) as a new contiguous [G, B, T, A], its T axis reversed
+    if ``reverse``, in one tiled copy (planar_copy_kernel, its launch bound once per geometry): a
+    weight's layout between MLX's [O, *K, C/G] and PyTorch's transposed convolutions' [C, *K, O/G]
+    (PyTorch's copy of the permuted view reads or writes 2 bytes a sector)."""
+    G, A, T, B = src.shape
+    dst = torch.empty((G, B, T, A), dtype=src.dtype, device=src.device)
+    _bound_swap(tuple(src.shape), src.stride(), src.dtype, reverse)(src, dst)
+    return dst
+
+
+@lru_cache(maxsize=256)
+def _bound_swap(shape, strides, dtype, reverse) -> BoundLaunch:
+    from .kernel_utils import planar_copy_kernel
+
+    G, A, T, B = shape
+    src = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+    dst = torch.empty((G, B, T, A), dtype=dtype, device="meta")
+    # as [r0, r1, r2, q, c] = [G, 1, T, A, B] on both sides
+    src_view, dst_view = src.unsqueeze(1).transpose(2, 3), dst.unsqueeze(1).permute(0, 1, 3, 4, 2)
+    return BoundLaunch(planar_copy_kernel, *planar_copy_launch(src_view, dst_view, reverse=reverse),
+                       operands=(src_view, dst_view))
 
 
 def meta_views(p):
