@@ -138,7 +138,8 @@ def test_swap_channels_swaps_the_channel_axes_and_reverses_the_taps(shape, strid
     for _ in range(2):  # the second call runs the bound launch on fresh tensors
         src = torch.randn(shape, generator=g).to(device, torch.bfloat16)
         if strided:  # every other element of a wider source, T and B axes swapped in memory
-            src = torch.randn(shape[0], shape[1], shape[3], 2 * shape[2], generator=g).to(device, torch.bfloat16)
+            wide = (shape[0], shape[1], shape[3], 2 * shape[2])
+            src = torch.randn(wide, generator=g).to(device, torch.bfloat16)
             src = src[..., ::2].transpose(2, 3)
         expected = (src.flip(2) if reverse else src).permute(0, 3, 2, 1)
         out = swap_channels(src, reverse)
