@@ -9,6 +9,7 @@ from cases import CASE_PARAMS, PASSES, conv_args, for_pass
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+import ndconv
 from ndconv import testing
 from ndconv.algorithms import REGISTRY
 from ndconv.api import make_problem
@@ -163,6 +164,43 @@ def test_native_accumulates_half_types_in_float32_on_the_cpu(pass_, dtype):
         expected = native.prepare(p32, name)(a.float(), b.float()).to(dtype)
         assert torch.equal(native.prepare(p, name)(a, b), expected), name
         assert torch.equal(testing.run_algorithm("native", p, a, b, name), expected), name
+
+
+ONE_CHANNEL = [  # one input channel, a batch of 2, a strided last axis with one output column
+    pytest.param(((2, 7, 1, 1), (1, 3, 3, 1), dict(stride=(1, 3), padding=1, kernel_dilation=(3, 1))),
+                 id="2d"),
+    pytest.param(((2, 5, 3, 1), (2, 2, 3, 1), dict(stride=(1, 3), input_dilation=2)), id="2d_input_dilated"),
+    pytest.param(((2, 6, 3, 1), (2, 3, 3, 1), dict(stride=(1, 2), padding=((0, 0), (2, 1)), flip=True)),
+                 id="2d_asym"),
+    pytest.param(((2, 3, 5, 4, 1), (2, 2, 3, 3, 1), dict(stride=(1, 1, 3))), id="3d"),
+]
+
+
+@pytest.mark.parametrize("case", ONE_CHANNEL)
+def test_native_one_input_channel(case):
+    """One input channel with channels-last strides sent PyTorch's CPU convolution (oneDNN,
+    torch 2.13) reading garbage (1e35) in these forwards, found against MLX: native gives it
+    contiguous strides there. Every pass and formulation, run and prepared, and autograd."""
+    from ndconv.algorithms import native
+
+    x_shape, w_shape, args = case
+    p = make_problem(x_shape, w_shape, dtype=torch.float32, device=DEVICE, **args)
+    for q in (p, p.dgrad(), p.wgrad()):
+        a, b = testing.random_operands(q, 1, device=DEVICE)
+        ref = testing.reference_result(q, a, b)
+        tol = testing.tolerance(q)
+        for name in native.configs(q):
+            testing.assert_close(testing.run_algorithm("native", q, a, b, name), ref, tol, name)
+            testing.assert_close(native.prepare(q, name)(a, b), ref, tol, name)
+    x, w = (t.requires_grad_() for t in testing.random_operands(p, 2, device=DEVICE))
+    y = ndconv.conv_general(x, w, **args)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    y64 = ndconv.conv_general(x64, w64, algorithm="reference", **args)
+    y64.backward(dy.double())
+    for out, ref, what in ((y, y64, "output"), (x.grad, x64.grad, "dx"), (w.grad, w64.grad, "dw")):
+        testing.assert_close(out, ref, testing.tolerance(p), what)
 
 
 def test_small_group_algorithms_take_their_problems_and_say_why_they_refuse_others():

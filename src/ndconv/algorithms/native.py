@@ -48,21 +48,34 @@ class Formulation:
     to_natural: Callable  # untimed: run's result in ndconv's natural layout, for checking
 
 
-def channels_first(t: torch.Tensor) -> torch.Tensor:
+def channels_first(t: torch.Tensor, contiguous_unit: bool = False) -> torch.Tensor:
     """``[N, *S, C]`` as ``[N, C, *S]`` with canonical channels-last strides, without copying
-    (PyTorch's CPU convolution mishandles odd strides on size-1 axes, so none are left)."""
-    return t.as_strided(*_channels_first_geometry(t.shape))
+    (PyTorch's CPU convolution mishandles odd strides on size-1 axes, so none are left); with
+    ``contiguous_unit`` a channel axis of size 1 gets the contiguous stride, which describes the
+    same memory (see ``_one_cpu_channel``)."""
+    return t.as_strided(*_channels_first_geometry(t.shape, contiguous_unit))
 
 
 @lru_cache(maxsize=1024)
-def _channels_first_geometry(shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _channels_first_geometry(shape, contiguous_unit: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(shape, strides) of channels_first's view (cached: computing them is most of a call's
     host time on tiny problems)."""
     spatial = shape[1:-1]
     strides = [shape[-1] * math.prod(spatial), 1]
     for d in range(len(spatial)):
         strides.append(shape[-1] * math.prod(spatial[d + 1:]))
+    if contiguous_unit and shape[-1] == 1:
+        strides[1] = math.prod(spatial)
     return (shape[0], shape[-1], *spatial), tuple(strides)
+
+
+def _one_cpu_channel(p: ConvProblem) -> bool:
+    """Whether forward problem ``p`` convolves one input channel on a CPU. There PyTorch's
+    convolution (oneDNN, torch 2.13) reads garbage when an operand has channels-last strides:
+    a batch of two or more and a strided last axis with one output column (found against MLX;
+    [2, 7, 1, 1] by [1, 3, 3, 1] at stride (1, 3)). Contiguous strides, the same memory for one
+    channel, take its other path, so its operands get those."""
+    return p.device == "cpu" and p.in_channels == 1
 
 
 def channels_last(t: torch.Tensor) -> torch.Tensor:
@@ -78,12 +91,12 @@ def _torch_pads(lo, hi):
     return pads
 
 
-def _conv_weight(w: torch.Tensor, flip: bool) -> torch.Tensor:
+def _conv_weight(w: torch.Tensor, flip: bool, contiguous_unit: bool) -> torch.Tensor:
     """MLX weight [O, *K, C/g] as torch's [O, C/g, *K], channels last, flipped if asked."""
     D = w.dim() - 2
     if flip:
         w = w.flip(tuple(range(1, 1 + D)))
-    return channels_first(w.contiguous())
+    return channels_first(w.contiguous(), contiguous_unit)
 
 
 def _swap_channels(t: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -98,12 +111,13 @@ def _swap_channels(t: torch.Tensor, reverse: bool) -> torch.Tensor:
     return (t.flip(2) if reverse else t).permute(0, 3, 2, 1).contiguous()
 
 
-def _transposed_weight(w: torch.Tensor, groups: int, flip: bool) -> torch.Tensor:
+def _transposed_weight(w: torch.Tensor, groups: int, flip: bool, contiguous_unit: bool) -> torch.Tensor:
     """MLX weight [O, *K, C/g] as conv_transpose's [C, O/g, *K], channels last (conv_transpose
     flips itself: the taps are reversed where the problem does not flip)."""
-    O, *K, Cg = w.shape
-    swapped = _swap_channels(w.reshape(groups, O // groups, -1, Cg), reverse=not flip)  # [G, C/g, T, O/g]
-    return channels_first(swapped.view(groups * Cg, *K, O // groups))
+    out_channels, *K, Cg = w.shape
+    grouped = w.reshape(groups, out_channels // groups, -1, Cg)
+    swapped = _swap_channels(grouped, reverse=not flip)  # [G, C/g, T, O/g]
+    return channels_first(swapped.view(groups * Cg, *K, out_channels // groups), contiguous_unit)
 
 
 def _identity(t):
@@ -124,6 +138,17 @@ class _Conv:
     flipped_weight: bool  # True when weight() reversed the kernel (undone for checking)
     lift: Callable = _identity  # adds an H = 1 axis (1-D as 2-D) to the output gradient
     lower: Callable = _identity  # removes it from outputs and weight gradients
+
+    @property
+    def contiguous_unit(self) -> bool:
+        return _one_cpu_channel(self.p)
+
+    def _empty(self, shape, like):
+        """An uninitialised tensor of torch layout ``shape``: channels last, or contiguous for
+        one channel where ``_one_cpu_channel`` asks for it."""
+        unit = self.contiguous_unit and shape[1] == 1
+        return torch.empty(shape, dtype=like.dtype, device=like.device,
+                           memory_format=torch.contiguous_format if unit else _memory_format(len(shape)))
 
     def _args(self):
         c = self.conv
@@ -152,22 +177,21 @@ class _Conv:
 
         def dgrad_prepare(dy, w):
             (x_shape, _), _, full_shape = self._geometry
-            x_like = torch.empty(x_shape, device=dy.device, dtype=dy.dtype,  # shape and layout only
-                                 memory_format=_memory_format(len(x_shape)))
-            return channels_first(dy), self.weight(w), x_like, full_shape
+            x_like = self._empty(x_shape, dy)  # shape and layout only
+            return channels_first(dy, self.contiguous_unit), self.weight(w), x_like, full_shape
 
         def wgrad_prepare(x, dy):
             _, w_geometry, full_shape = self._geometry
             w_like = torch.empty_strided(*w_geometry, device=x.device, dtype=x.dtype)  # shape and layout only
-            return channels_first(dy), self.pre(x), w_like, full_shape  # the forward computed pre(x) too
+            # the forward computed pre(x) too
+            return channels_first(dy, self.contiguous_unit), self.pre(x), w_like, full_shape
 
         def full_dy(dy, full_shape):
             """The uncropped convolution's output gradient (zeros where the crop cut)."""
             dy = self.lift(dy)
             if self.crop is None:
                 return dy
-            full = torch.empty(full_shape, dtype=dy.dtype, device=dy.device,
-                               memory_format=_memory_format(len(full_shape))).zero_()
+            full = self._empty(full_shape, dy).zero_()
             self._crop(full).copy_(dy)
             return full
 
@@ -210,10 +234,12 @@ def _convs(p: ConvProblem) -> list[_Conv]:
     idil = p.input_dilation
     out = []
     common = dict(dilation=list(p.kernel_dilation), groups=p.groups)
+    unit = _one_cpu_channel(p)
+    first = lambda x: channels_first(x, unit)  # noqa: E731
 
     def direct(name, pre, unpre, lo, hi):
         """A direct convolution of pre(x), whose pads are (lo, hi) in pre(x)'s coordinates."""
-        weight = lambda w: _conv_weight(w, p.flip)  # noqa: E731
+        weight = lambda w: _conv_weight(w, p.flip, unit)  # noqa: E731
         conv = dict(stride=list(p.stride), transposed=False, output_padding=[0] * D, **common)
         if lo == hi and min(lo) >= 0:
             out.append(_Conv(name, p, pre, dict(padding=list(lo), **conv), weight, None, unpre, p.flip))
@@ -231,7 +257,7 @@ def _convs(p: ConvProblem) -> list[_Conv]:
             out.append(_Conv(f"{name}+sym-pad-crop", p, pre, dict(padding=sym, **conv), weight, crop, unpre, p.flip))
 
     if all(i == 1 for i in idil):  # pads in dilated coordinates are the input's own
-        direct("conv", channels_first, channels_last, list(p.padding_lo), list(p.padding_hi))
+        direct("conv", first, channels_last, list(p.padding_lo), list(p.padding_hi))
     else:
         # conv_transpose: lo = span-1-P, hi = lo + output_padding, stride 1 only
         P = [sp - 1 - a for sp, a in zip(p.span, p.padding_lo)]
@@ -243,7 +269,7 @@ def _convs(p: ConvProblem) -> list[_Conv]:
         ):
             conv = dict(stride=list(idil), padding=P, transposed=True, output_padding=op, **common)
             out.append(_Conv(
-                "conv_transpose", p, channels_first, conv, lambda w: _transposed_weight(w, p.groups, p.flip),
+                "conv_transpose", p, first, conv, lambda w: _transposed_weight(w, p.groups, p.flip, unit),
                 None, channels_last, not p.flip,
             ))
 
@@ -251,7 +277,7 @@ def _convs(p: ConvProblem) -> list[_Conv]:
         def insert_zeros(x):
             z = x.new_zeros((x.shape[0], *p.dilated_in, x.shape[-1]))
             z[(slice(None), *(slice(None, None, i) for i in idil))] = x
-            return channels_first(z)
+            return first(z)
 
         def remove_zeros(g):
             return channels_last(g)[(slice(None), *(slice(None, None, i) for i in idil))]
@@ -457,7 +483,7 @@ def _plain_geometry(forward: ConvProblem, name: str) -> _PlainGeometry:
     c = next(c for c in _convs(forward) if c.name == name)
     x_geometry, w_geometry, _ = c._geometry  # the weight's: flipped, then made contiguous
     y = c.lift(channels_first(torch.empty((forward.batch, *forward.out_spatial, forward.out_channels),
-                                          device="meta")))
+                                          device="meta"), c.contiguous_unit))
     flip = tuple(range(1, 1 + forward.ndim)) if forward.flip else None
     return _PlainGeometry(x_geometry, w_geometry, (y.shape, y.stride()), c._args(), flip,
                           len(x_geometry[0]) > forward.ndim + 2)
