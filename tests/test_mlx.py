@@ -147,3 +147,32 @@ def test_wrappers_match_mlx(D, transposed, groups, cg, og, spatial, kernel, stri
         assert groups > 1 and D == 3, f"{name} computed what MLX refused ({theirs})"
         return
     _close(ours, theirs, name)
+
+
+LAYERS = [  # (name, ndim, MLX keyword arguments besides the channels and kernel)
+    ("Conv1d", 1, dict(stride=2, padding=1, dilation=2, groups=2)),
+    ("Conv2d", 2, dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)),
+    ("Conv3d", 3, dict(stride=2, padding=1)),
+    ("ConvTranspose1d", 1, dict(stride=2, padding=1, dilation=2, output_padding=1)),
+    ("ConvTranspose2d", 2, dict(stride=(2, 3), padding=(1, 2), output_padding=(1, 0))),
+    ("ConvTranspose3d", 3, dict(stride=2, padding=1, output_padding=1)),
+]
+
+
+@pytest.mark.parametrize("name,ndim,kwargs", LAYERS, ids=[layer[0] for layer in LAYERS])
+def test_layers_match_mlx_nn(name, ndim, kwargs):
+    """ndconv.nn's layers hold MLX's parameters (same shapes, same initialisation bound, zero
+    bias) and, given MLX's weights and a bias, compute what mlx.nn's layers compute."""
+    mlx_nn = pytest.importorskip("mlx.nn")
+    theirs = getattr(mlx_nn, name)(4, 6, 3, **kwargs)
+    ours = getattr(ndconv.nn, name)(4, 6, 3, **kwargs)
+    weight = torch.from_numpy(np.array(theirs.weight))
+    assert ours.weight.shape == weight.shape and ours.bias.shape == (6,)
+    bound = (4 // kwargs.get("groups", 1) * 3**ndim) ** -0.5
+    assert ours.weight.abs().max() <= bound and weight.abs().max() <= bound and not ours.bias.any()
+    bias = torch.randn(6)
+    theirs.bias = mx.array(bias.numpy())
+    with torch.no_grad():
+        ours.weight.copy_(weight), ours.bias.copy_(bias)
+    x = torch.randn(2, *[7, 6, 5][:ndim], 4)
+    _close(ours(x).detach(), torch.from_numpy(np.array(theirs(mx.array(x.numpy())))).double(), name)

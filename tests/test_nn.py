@@ -14,8 +14,8 @@ from ndconv import nn
 def test_conv_layer_shapes_init_and_bias(ndim):
     layer = getattr(nn, f"Conv{ndim}d")(4, 6, 3, stride=2, padding=1, groups=2)
     assert layer.weight.shape == (6, *[3] * ndim, 2)
-    bound = math.sqrt(1 / (4 * 3**ndim))
-    assert layer.weight.abs().max() <= bound and layer.weight.std() > bound / 4
+    bound = math.sqrt(1 / (2 * 3**ndim))  # the fan-in of one output: 2 channels a group
+    assert math.sqrt(1 / (4 * 3**ndim)) < layer.weight.abs().max() <= bound and layer.weight.std() > bound / 4
     assert torch.equal(layer.bias, torch.zeros(6))
     x = torch.randn(2, *[7] * ndim, 4)
     y = layer(x)

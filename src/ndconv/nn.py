@@ -2,7 +2,8 @@
 
 Inputs are channels last (``[N, *spatial, C]``); weights are ``[O, *kernel, C // groups]`` for
 convolutions and transposed convolutions alike; weights are drawn uniformly from
-``±sqrt(1 / (in_channels * prod(kernel)))`` and biases start at zero, as in ``mlx.nn``.
+``±sqrt(1 / (in_channels // groups * prod(kernel)))`` (the fan-in of one output) and biases
+start at zero, as in ``mlx.nn`` (0.32.4; its transposed and 3-D layers have no groups).
 ``from_torch`` converts a ``torch.nn.Conv*d`` / ``ConvTranspose*d`` (channels first) into the
 matching layer here. Padding is an int, one int per axis, or conv_general's ``(lo, hi)`` pair
 (convolutions only: a torch layer's ``padding="same"`` converts to one).
@@ -66,7 +67,7 @@ class _ConvNd(torch.nn.Module):
         if self._transposed and isinstance(self.padding[0], tuple):
             raise ValueError(f"{name}: a transposed layer's padding is symmetric, got {padding!r}")
         self.groups = groups
-        scale = math.sqrt(1.0 / (in_channels * math.prod(self.kernel_size)))
+        scale = math.sqrt(1.0 / (in_channels // groups * math.prod(self.kernel_size)))
         shape = (out_channels, *self.kernel_size, in_channels // groups)
         self.weight = torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
         self.bias = torch.nn.Parameter(torch.zeros(out_channels, device=device, dtype=dtype)) if bias else None
