@@ -123,13 +123,14 @@ def test_arguments_mlx_refuses_raise_value_error(D, groups, c, o, spatial, kerne
     D=st.integers(1, 3), transposed=st.booleans(), groups=st.integers(1, 2), cg=st.integers(1, 3),
     og=st.integers(1, 3), spatial=st.lists(st.integers(1, 6), min_size=3, max_size=3),
     kernel=st.lists(st.integers(1, 4), min_size=3, max_size=3), stride=st.integers(1, 3),
-    padding=st.integers(0, 3), dilation=st.integers(1, 2), output_padding=st.integers(0, 2),
+    padding=st.integers(-2, 3), dilation=st.integers(1, 2), output_padding=st.integers(-2, 2),
     seed=st.integers(0, 2**16),
 )
 def test_wrappers_match_mlx(D, transposed, groups, cg, og, spatial, kernel, stride, padding, dilation,
                             output_padding, seed):
-    """conv1d/2d/3d and conv_transpose1d/2d/3d (MLX's weight layout, output_padding): the same
-    outputs as MLX's functions of the same name, or both refuse the arguments."""
+    """conv1d/2d/3d and conv_transpose1d/2d/3d (MLX's weight layout, output_padding, negative
+    paddings, which MLX takes): the same outputs as MLX's functions of the same name, or both
+    refuse the arguments."""
     name = f"conv{'_transpose' if transposed else ''}{D}d"
     x, w = _operands((2, *spatial[:D], groups * cg), (groups * og, *kernel[:D], cg), seed)
     args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)

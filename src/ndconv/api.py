@@ -308,16 +308,14 @@ def _conv_transpose(op, input, weight, stride, padding, dilation, output_padding
     padding = _ints(op, "padding", padding, ndim)
     dilation = _ints(op, "dilation", dilation, ndim)
     output_padding = _ints(op, "output_padding", output_padding, ndim)
-    if any(p < 0 for p in padding):
-        raise ValueError(f"{op}: padding must be non-negative, got {list(padding)}")
-    if any(p < 0 for p in output_padding):
-        raise ValueError(f"{op}: output_padding must be non-negative, got {list(output_padding)}")
     if isinstance(weight, torch.Tensor) and weight.dim() == ndim + 2:
         spans = [(k - 1) * d + 1 for k, d in zip(weight.shape[1:-1], dilation)]
     else:
         spans = [1] * ndim  # conv_general reports the weight's shape error
-    # MLX's formula; a padding beyond the dilated kernel makes lo negative, which crops
-    # undilated input (MLX's semantics; PyTorch's conv_transpose crops the output instead)
+    # MLX's formula, for any padding and output_padding, negative ones too (MLX takes them); a
+    # padding beyond the dilated kernel makes lo negative, and a negative output_padding can make
+    # hi negative: both crop undilated input (MLX's semantics; PyTorch's conv_transpose crops the
+    # output instead, and refuses negative values)
     lo = [s - 1 - p for s, p in zip(spans, padding)]
     hi = [s - 1 - p + op_ for s, p, op_ in zip(spans, padding, output_padding)]
     return conv_general(
