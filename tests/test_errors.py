@@ -31,6 +31,9 @@ w4 = torch.randn(8, 3, 3, 4)
         (lambda: ndconv.conv_general(x4, w4, padding=([1, 1], [1, 1, 1])), r"padding hi must have one entry"),
         (lambda: ndconv.conv_general(x4, w4, padding=1.5), r"padding must be an int or a sequence of ints, got 1.5"),
         (lambda: ndconv.conv_general(x4, w4, stride=True), r"stride must be an int or a sequence of ints, got True"),
+        (lambda: ndconv.conv_general(x4, w4, flip=1), r"flip must be a bool, got 1"),
+        (lambda: ndconv.conv_general(x4, w4, flip="yes"), r"flip must be a bool, got 'yes'"),
+        (lambda: ndconv.conv_general(x4, w4, flip=None), r"flip must be a bool, got None"),
         (lambda: ndconv.conv_general(x4, torch.randn(8, 7, 7, 4)), r"output would be empty on spatial axis 0"),
         (lambda: ndconv.conv_general(x4, w4, padding=([-6, 0], [0, 0])), r"padding \(-6, 0\) on spatial axis 0 crops all 6 input elements"),
         (lambda: ndconv.conv_general(x4, torch.randn(8, 0, 3, 4)), r"kernel sizes must be at least 1"),
@@ -80,3 +83,14 @@ def test_nothing_runs_on_bad_input(monkeypatch):
 def test_invalid_layers(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_flip_must_be_a_bool_on_the_cached_path_too():
+    """A call cached with flip=True does not let flip=1 through (MLX refuses a non-bool flip), and
+    NumPy's bool is a bool."""
+    import numpy as np
+
+    y = ndconv.conv_general(x4, w4, flip=True)
+    with pytest.raises(ValueError, match="flip must be a bool, got 1"):
+        ndconv.conv_general(x4, w4, flip=1)
+    torch.testing.assert_close(ndconv.conv_general(x4, w4, flip=np.bool_(True)), y, rtol=0, atol=0)

@@ -98,13 +98,13 @@ def _call_key(input, weight, stride, padding, kernel_dilation, input_dilation, g
     """What a conv_general call's problem depends on, or None when that is not hashable (such
     calls take the uncached path, which reports their errors; the calling function's name only
     shows in errors, so it is not part of the key)."""
-    if type(groups) is not int:
+    if type(groups) is not int or type(flip) is not bool:
         return None
     try:
         return (
             input.shape, weight.shape, input.dtype, weight.dtype, input.device, weight.device,
             _frozen(stride), _frozen(padding), _frozen(kernel_dilation), _frozen(input_dilation),
-            groups, bool(flip), torch.backends.cudnn.allow_tf32,
+            groups, flip, torch.backends.cudnn.allow_tf32,
         )
     except (AttributeError, TypeError):
         return None
