@@ -40,6 +40,32 @@ def test_numpy_integers_are_ints():
     torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize(
+    "args,same",
+    [
+        (dict(stride=[2, 1], padding=[[1, 0], [2, 1]], kernel_dilation=2),
+         dict(stride=(2, 1), padding=([1, 0], [2, 1]), kernel_dilation=2)),
+        (dict(stride=[2], padding=([1, 0], [2, 1]), input_dilation=[1, 2]),
+         dict(stride=2, padding=([1, 0], [2, 1]), input_dilation=(1, 2))),
+        (dict(padding=[1, 2], kernel_dilation=2), dict(padding=(1, 2), kernel_dilation=2)),
+    ],
+    ids=["lo-hi-array", "lo-hi-pair-of-arrays", "per-axis-and-0d"],
+)
+def test_numpy_arrays_are_sequences(args, same):
+    """MLX's bindings read a NumPy array of ints as a sequence (a 0-d one as an int); so does
+    ndconv, cached calls included, and an array of floats is refused as a list of them is."""
+    np = pytest.importorskip("numpy")
+    x, w = _data((1, 7, 8, 2), (3, 3, 2, 2))
+    arrays = {k: np.array(v) for k, v in args.items()}
+    if "input_dilation" in args:  # the pair form as a tuple of two arrays
+        arrays["padding"] = tuple(np.array(v) for v in args["padding"])
+    expected = ndconv.conv_general(x, w, **same)
+    for _ in range(2):  # the second call takes the cached path
+        torch.testing.assert_close(ndconv.conv_general(x, w, **arrays), expected, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"stride must be an int or a sequence of ints, got \[2.0, 1.0\]"):
+        ndconv.conv_general(x, w, stride=np.array([2.0, 1.0]))
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="autocast on CUDA needs a GPU; CPU autocast runs everywhere"))])
 def test_autocast_runs_in_its_lower_precision(device):

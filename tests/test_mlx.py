@@ -119,6 +119,28 @@ def test_arguments_mlx_refuses_raise_value_error(D, groups, c, o, spatial, kerne
     _close(ours, theirs, "output")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [dict(stride=np.array([2, 1]), padding=np.array([[1, 0], [2, 1]]), kernel_dilation=np.array(2)),
+     dict(padding=(np.array([1, 0]), np.array([0, 2])), input_dilation=np.array([1, 2]), flip=True),
+     dict(stride=1.5), dict(padding="same"), dict(stride=np.array([2.0, 1.0])), dict(flip=1), dict(flip=None),
+     dict(flip=np.bool_(True))],
+    ids=["arrays", "pair-of-arrays", "float", "string", "float-array", "int-flip", "none-flip", "numpy-bool-flip"],
+)
+def test_argument_types_as_mlx(args):
+    """NumPy arrays of ints are sequences to both (a 0-d one an int); what MLX's bindings refuse
+    (TypeError there: floats, strings, a flip that is not a Python bool), ndconv refuses with
+    ValueError."""
+    x, w = torch.randn(1, 7, 8, 2), torch.randn(3, 3, 2, 2)
+    try:
+        theirs = _mlx(mx.conv_general, x, w, **args)
+    except TypeError:
+        with pytest.raises(ValueError):
+            ndconv.conv_general(x, w, **args)
+        return
+    _close(ndconv.conv_general(x, w, **args), theirs, "output")
+
+
 @given(
     D=st.integers(1, 3), transposed=st.booleans(), groups=st.integers(1, 2), cg=st.integers(1, 3),
     og=st.integers(1, 3), spatial=st.lists(st.integers(1, 6), min_size=3, max_size=3),

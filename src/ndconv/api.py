@@ -10,6 +10,7 @@ import numbers
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from . import planner
@@ -29,8 +30,15 @@ def _int(value):
     return None
 
 
+def _listed(value):
+    """A NumPy array as the (nested) list of its Python scalars, as MLX's bindings read one; any
+    other value as it is."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
 def _ints(op: str, name: str, value, ndim: int) -> tuple[int, ...]:
     """An int or a sequence of ints (length 1 broadcasts) as one int per spatial axis."""
+    value = _listed(value)
     one = _int(value)
     if one is not None:
         return (one,) * ndim
@@ -48,6 +56,9 @@ def _ints(op: str, name: str, value, ndim: int) -> tuple[int, ...]:
 
 def _padding(op: str, value, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """MLX padding forms: int, per-axis sequence (symmetric), or a pair (lo, hi) of sequences."""
+    value = _listed(value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, np.ndarray) for v in value):
+        value = [_listed(v) for v in value]  # a pair of arrays
     if (
         isinstance(value, Sequence)
         and len(value) == 2
@@ -85,6 +96,8 @@ def _frozen(value):
     sequences of them, which lists and tuples spell alike); TypeError for anything else."""
     if type(value) is int:
         return value
+    if isinstance(value, np.ndarray):
+        return _frozen(value.tolist())
     if isinstance(value, (list, tuple)):
         value = tuple(value)
         for v in value:  # a flat sequence of ints is its own key (the common case, no recursion)

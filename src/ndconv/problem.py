@@ -139,7 +139,7 @@ class ConvProblem:
                 raise ValueError(f"{op}: {name} must be positive on every axis, got {list(per_axis[name])}")
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
             raise ValueError(f"{op}: groups must be a positive integer, got {groups!r}")
-        if not isinstance(flip, (bool, np.bool_)):  # as MLX, which takes no int or None for it
+        if not isinstance(flip, bool):  # as MLX, which takes no int, None or NumPy bool for it
             raise ValueError(f"{op}: flip must be a bool, got {flip!r}")
         C, O = x_shape[-1], w_shape[0]
         if C % groups:
