@@ -198,7 +198,8 @@ def conv_general(
     if isinstance(input, torch.Tensor):
         device_type = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheap test first
         # devices without autocast (meta: shape inference, models built empty) have none to ask about
-        autocast = input.is_cuda or torch.amp.is_autocast_available(device_type)
+        # (CPU's answer spelled out: torch 2.11's Dynamo cannot trace is_autocast_available)
+        autocast = input.is_cuda or device_type == "cpu" or torch.amp.is_autocast_available(device_type)
         if autocast and torch.is_autocast_enabled(device_type):
             input, weight = _autocast(input, weight, device_type)
     # under torch.compile the problem is built every time (Dynamo cannot trace the cache's lock)
