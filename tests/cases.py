@@ -1,11 +1,12 @@
 """The shared case list (ndconv.testing.CASES) as pytest params, and a hypothesis strategy that
-draws any valid conv_general problem of tiny size."""
+draws any valid conv_general problem of tiny size; operands poisoned with an inf or NaN."""
 
 import pytest
 import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from ndconv import testing
 from ndconv.api import make_problem
 from ndconv.testing import CASES
 
@@ -44,3 +45,19 @@ def conv_args(draw, max_ndim=3):
     except ValueError:
         assume(False)
     return x_shape, w_shape, kwargs
+
+
+def poisoned(p, a, b, operand, value, seed):
+    """Copies of operands a and b of pass ``p`` with ``value`` in one element of ``operand`` that
+    some output reads (negative padding and strides leave some unread), and the outputs that
+    read it (the reference over the non-finite mask)."""
+    n = (a if operand == "a" else b).numel()
+    for start in range(n):
+        a2, b2 = a.clone(), b.clone()
+        (a2 if operand == "a" else b2).view(-1)[(seed * 7919 + start) % n] = value
+        masks = [(~t.isfinite()).double() for t in (a2, b2)]
+        ones = [torch.ones_like(t, dtype=torch.float64) for t in (a2, b2)]
+        reads = (testing.reference_result(p, masks[0], ones[1]) + testing.reference_result(p, ones[0], masks[1])) > 0
+        if reads.any():
+            return a2, b2, reads
+    raise AssertionError(f"no output of {p} reads operand {operand}")

@@ -5,7 +5,7 @@ import zlib
 
 import pytest
 import torch
-from cases import CASE_PARAMS, PASSES, conv_args, for_pass
+from cases import CASE_PARAMS, PASSES, conv_args, for_pass, poisoned
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -14,6 +14,7 @@ from ndconv import testing
 from ndconv.algorithms import REGISTRY
 from ndconv.api import make_problem
 
+CASES_BY_NAME = [c.name for c in testing.CASES]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton runs in its interpreter on CPUs
 HALF_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
 # The dtypes each algorithm runs (the Triton kernels: no float64), and whether it covers every
@@ -230,6 +231,42 @@ def test_algorithm_matches_reference_random(name, drawn, pass_, seed):
     assume(name in COVERS_EVERY_PROBLEM or REGISTRY[name].supports(p)[0])
     report = testing.check(name, p, seed=seed)
     assert report.ok, f"{name} on {p}: {report}"
+
+
+# Algorithms that multiply an operand by structural zeros (DESIGN.md section 1): an inf there makes
+# NaN of outputs that do not read it. On a GPU, native and cudnn run cuDNN's engines (Winograd and
+# FFT ones among them) and implicit_gemm's strided forwards add zero taps (stride folds,
+# space-to-depth copies).
+SPREADS_NON_FINITES = {"grouped", "toeplitz", "winograd"}
+
+
+def _keeps_non_finites_local(name, p):
+    if p.pass_ == "wgrad" or name in SPREADS_NON_FINITES:
+        return False
+    if p.device == "cuda":
+        return name not in ("native", "cudnn") and not (name == "implicit_gemm" and max(p.stride) > 1)
+    return True
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_non_finite_operands_are_never_hidden(case):
+    """An inf or NaN in an activation operand (the input, the output gradient; both operands of
+    a weight gradient) makes every output element that reads it non-finite, on every algorithm;
+    on the forward and input gradient the algorithms that multiply no structural zeros keep it
+    to those elements. Which elements read it: the reference over the operands' non-finite mask."""
+    i = CASES_BY_NAME.index(case.name)
+    for pass_ in PASSES:
+        p = for_pass(case.problem(device=DEVICE), pass_)
+        a, b = testing.random_operands(p, seed=i)
+        for operand in ("a", "b") if pass_ == "wgrad" else ("a",):
+            a2, b2, reads = poisoned(p, a, b, operand, (float("inf"), -float("inf"), float("nan"))[i % 3], i)
+            for name in ALGORITHMS + ["reference"]:
+                if not REGISTRY[name].supports(p)[0]:
+                    continue
+                finite = testing.run_algorithm(name, p, a2, b2).isfinite()
+                assert not (finite & reads).any(), f"{name} hides a non-finite {operand} on {p}"
+                if _keeps_non_finites_local(name, p):
+                    assert (finite | reads).all(), f"{name} spreads a non-finite {operand} on {p}"
 
 
 def test_check_catches_a_wrong_result(monkeypatch):

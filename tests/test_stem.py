@@ -4,6 +4,7 @@ prepared call, a strided output view; what it refuses and why; the planner's rul
 
 import pytest
 import torch
+from cases import poisoned
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,18 @@ def test_configs(config):
     p = CASES[0].problem(dtype=torch.bfloat16, device=DEVICE)
     report = testing.check("stem", p, seed=11, config=config)
     assert report.ok, f"{config}: {report}"
+
+
+@pytest.mark.parametrize("config", [Config(), Config(block_m=32, block_n=16, rows=2)], ids=str)
+def test_non_finite_inputs_stay_with_the_outputs_that_read_them(config):
+    """The windows' elements past the kernel and kernel rows padded 7 -> 8 read real input that
+    meets the weight's zeros: an inf there must make no NaN of outputs that do not read it."""
+    p = CASES[0].problem(device=DEVICE)
+    a, b = testing.random_operands(p, seed=2)
+    for seed in range(3):
+        a2, b2, reads = poisoned(p, a, b, "a", float("inf"), seed)
+        finite = testing.run_algorithm("stem", p, a2, b2, config).isfinite()
+        assert (finite != reads).all(), f"seed {seed}: {int((finite == reads).sum())} outputs wrong"
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in (CASES[0], CASES[4], CASES[6])])
