@@ -4,6 +4,7 @@ semantics in place of the graph (``_launch``), against the float64 reference; an
 when the optional package is absent. Graph building and execution run in tools/cudnn_check.py."""
 
 import sys
+import types
 
 import pytest
 import torch
@@ -207,3 +208,77 @@ def test_cpu_problems_are_refused_with_the_package():
         pytest.skip("nvidia-cudnn-frontend is not installed here")
     ok, reason = cudnn_alg.supports(make_problem((1, 6, 6, 4), (4, 3, 3, 4), padding=1))
     assert not ok and "CUDA" in reason
+
+
+# ---------------------------------------------------------------------- graph building, faked
+
+
+class _FakeGraph:
+    """Records what ``_build`` asks of a cuDNN graph."""
+
+    def __init__(self, built, **kwargs):
+        self.built = built
+
+    def tensor(self, **kwargs):
+        return object()
+
+    def _result(self, **kwargs):
+        result = types.SimpleNamespace()
+        for name in ("set_output", "set_dim", "set_stride", "set_data_type"):
+            setattr(result, name, lambda *a: result)
+        return result
+
+    conv_fprop = conv_dgrad = conv_wgrad = _result
+
+    def deselect_numeric_notes(self, notes):
+        self.built.append(set(notes))
+
+    def build(self, modes):
+        pass
+
+    def get_workspace_size(self):
+        return 0
+
+
+def _names(*names):
+    return types.SimpleNamespace(**{n: n for n in names})
+
+
+def _fake_frontend(built):
+    return types.SimpleNamespace(
+        pygraph=lambda **kw: _FakeGraph(built, **kw), create_handle=object,
+        data_type=_names("HALF", "BFLOAT16", "FLOAT", "DOUBLE"),
+        _pybind_module=types.SimpleNamespace(convolution_mode=_names("CONVOLUTION", "CROSS_CORRELATION")),
+        numerical_note=_names("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "TENSOR_CORE",
+                             "NONDETERMINISTIC"),
+        heur_mode=_names("A", "FALLBACK"))
+
+
+def test_deterministic_mode_deselects_nondeterministic_engines(monkeypatch):
+    """Under torch.use_deterministic_algorithms or cudnn.deterministic, as PyTorch's convolution,
+    the graph leaves out the engines cuDNN notes as nondeterministic (atomics in weight gradients),
+    and a graph built outside that mode is not reused in it."""
+    built = []
+    monkeypatch.setattr(cudnn_alg, "_frontend", lambda: (_fake_frontend(built), ""))
+    monkeypatch.setattr(cudnn_alg, "_handles", {})
+    p = make_problem((2, 6, 6, 4), (8, 3, 3, 4), padding=1).wgrad()
+    config = cudnn_alg.default_config(p)
+    call = cudnn_alg.describe(p, config.formulation)
+    layout = tuple((o.dims, o.strides) for o in (call.X, call.W, call.Y))
+
+    def notes_of_build():
+        key = cudnn_alg._key(call, p, config, layout, -1)  # device -1: torch.cuda.device is a no-op
+        assert isinstance(cudnn_alg._build(key), cudnn_alg._Built)
+        return key, built[-1]
+
+    free, notes = notes_of_build()
+    assert "NONDETERMINISTIC" not in notes and "DOWN_CONVERT_INPUTS" in notes
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        strict, notes = notes_of_build()
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert "NONDETERMINISTIC" in notes and strict != free
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    assert notes_of_build() == (strict, notes)

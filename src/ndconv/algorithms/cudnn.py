@@ -39,11 +39,13 @@ every case, pass and hypothesis-drawn problem with the float64 reference). ``_gr
 them. On the H200 they were right everywhere but in one class of call, refused (``measured_wrong``).
 
 Half types compute in float32, float32 in TF32 only when ``p.allow_tf32``; engines that
-down-convert inputs or reduce in reduced precision are deselected (as MLX does). Every operand
+down-convert inputs or reduce in reduced precision are deselected (as MLX does), and so are
+those cuDNN notes as nondeterministic (atomics) while ``torch.use_deterministic_algorithms`` or
+``torch.backends.cudnn.deterministic`` is on, as PyTorch's convolution then does. Every operand
 cuDNN sees is 16-byte aligned (the alignment the frontend declares to the backend): one that is
 not is staged through an aligned copy. Built graphs sit in an LRU (``NDCONV_PLAN_CACHE_SIZE``)
-keyed by device, dtype, TF32, the call's dims, strides, paddings, stride, dilation, groups and
-convolution mode; a graph cuDNN refuses is cached as refused. ``supports`` builds the default
+keyed by device, dtype, TF32, determinism, the call's dims, strides, paddings, stride,
+dilation, groups and convolution mode; a graph cuDNN refuses is cached as refused. ``supports`` builds the default
 config's graph (on CUDA), so a refusal is a reason, never an exception in the planner.
 """
 
@@ -398,6 +400,7 @@ class _GraphKey:
     device: int
     dtype: torch.dtype
     tf32: bool
+    deterministic: bool  # nondeterministic engines deselected
     op: str
     tensors: tuple  # ((dims, strides) of X, W, Y)
     pre_padding: tuple
@@ -445,8 +448,10 @@ def _cache():
 
 def _key(call: Call, p: ConvProblem, config: Config, layout: tuple, device: int) -> _GraphKey:
     """``layout``: (dims, strides) of X, W and Y as bound."""
-    return _GraphKey(device, p.dtype, p.allow_tf32, call.op, layout, call.pre_padding, call.post_padding,
-                     call.stride, call.dilation, call.groups, call.reverse and config.reverse == "mode")
+    deterministic = torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic
+    return _GraphKey(device, p.dtype, p.allow_tf32, deterministic, call.op, layout, call.pre_padding,
+                     call.post_padding, call.stride, call.dilation, call.groups,
+                     call.reverse and config.reverse == "mode")
 
 
 def _handle(cudnn, device: int):
@@ -494,11 +499,14 @@ def _build(key: _GraphKey):
             notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS, cudnn.numerical_note.REDUCED_PRECISION_REDUCTION]
             if key.dtype == torch.float32 and not key.tf32:
                 notes.append(cudnn.numerical_note.TENSOR_CORE)
+            if key.deterministic:
+                notes.append(cudnn.numerical_note.NONDETERMINISTIC)
             g.deselect_numeric_notes(notes)
             g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
             return _Built(g, made, int(g.get_workspace_size()))
     except Exception as e:  # noqa: BLE001 - cuDNN's refusals come as several exception types
-        return _Refused(f"{type(e).__name__}: {e}".strip())
+        why = " (deterministic mode: nondeterministic engines deselected)" if key.deterministic else ""
+        return _Refused(f"{type(e).__name__}: {e}".strip() + why)
 
 
 def _graph(key: _GraphKey):
