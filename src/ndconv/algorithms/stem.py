@@ -160,7 +160,8 @@ def _launches(p, x, w, out, config: Config):
     precision = "tf32" if p.allow_tf32 else "ieee"
     args = (xp, wp, out, M, OW, OH * OW, O, xp.stride(0) // align, xp.stride(1) // align, *out.stride())
     meta = dict(SH=sh, SW=sw, DH=dh, CP=CHANNELS, KH=_kernel_rows(p), DOTS=kh_padded // config.rows,
-                ROWS=config.rows, WINDOW=window, USED=p.span[-1] * CHANNELS, ALIGN=align, INT64=needs_int64(xp, wp, out), PRECISION=precision,
+                ROWS=config.rows, WINDOW=window, USED=p.span[-1] * CHANNELS, ALIGN=align,
+                INT64=needs_int64(xp, wp, out), PRECISION=precision,
                 UPCAST=INTERPRET, INTERPRET=INTERPRET, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                 num_warps=config.num_warps)
     grid = (cdiv(M, config.block_m), cdiv(O, config.block_n))

@@ -7,8 +7,9 @@ from .kernel_utils import dot, downcast
 
 
 @triton.jit
-def _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, d: tl.constexpr, sxh_a, DH: tl.constexpr, KH: tl.constexpr,
-                     ROWS: tl.constexpr, WINDOW: tl.constexpr, USED: tl.constexpr, ALIGN: tl.constexpr):
+def _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, d: tl.constexpr, sxh_a, DH: tl.constexpr,
+                     KH: tl.constexpr, ROWS: tl.constexpr, WINDOW: tl.constexpr, USED: tl.constexpr,
+                     ALIGN: tl.constexpr):
     """The operands of product ``d``: its kernel rows' windows of every output of the tile, and
     their weights. Window elements past the kernel (and kernel rows past KH) read real input
     that the weight's zeros meet: they are zeroed, so that an inf there makes no NaN."""
@@ -30,10 +31,10 @@ def stem_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """y[n, oh, ow, o] = sum_{t, k} x[n, oh*SH + t*DH, ow*SW*CP + k] * w[o, t, k] over kernel rows
-    t < KH and window elements k < USED (the kernel's span times CP), x the padded copy [N, Hp, Wp*CP] (CP channels a
-    position, so a kernel row's taps over all channels are one contiguous window of a row) and
-    w [O, DOTS*ROWS, WINDOW] (zero past the kernel). ROWS kernel rows make one dot's reduction,
-    of WINDOW elements per row (a power of two).
+    t < KH and window elements k < USED (the kernel's span times CP), x the padded copy
+    [N, Hp, Wp*CP] (CP channels a position, so a kernel row's taps over all channels are one
+    contiguous window of a row) and w [O, DOTS*ROWS, WINDOW] (zero past the kernel). ROWS kernel
+    rows make one dot's reduction, of WINDOW elements per row (a power of two).
 
     The windows overlap (a position's starts SW*CP elements after the previous one's): the loads
     are plain ones, served from L1, not pipelined through cp.async (which bypasses L1); each
@@ -57,13 +58,14 @@ def stem_fwd_kernel(
     o = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     w_row = w_ptr + o * (DOTS * ROWS * WINDOW)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    a_next, b_next = _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, 0, sxh_a, DH, KH, ROWS, WINDOW, USED, ALIGN)
+    a_next, b_next = _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, 0, sxh_a, DH, KH, ROWS, WINDOW, USED,
+                                      ALIGN)
     for d in tl.static_range(DOTS):
         a = a_next
         b = b_next
         if d + 1 < DOTS:
-            a_next, b_next = _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, d + 1, sxh_a, DH, KH, ROWS, WINDOW, USED,
-                                              ALIGN)
+            a_next, b_next = _rows_of_windows(x_ptr, w_row, row, x_k, k, o, O, d + 1, sxh_a, DH, KH, ROWS,
+                                              WINDOW, USED, ALIGN)
         acc = dot(a, b, acc, PRECISION, UPCAST)
     y = y_ptr + (n * syn + oh * syh + ow * syw)[:, None] + (o * syo)[None, :]
     tl.store(y, downcast(acc, y_ptr.dtype.element_ty, INTERPRET), mask=live_m[:, None] & (o < O)[None, :])
