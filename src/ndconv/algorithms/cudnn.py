@@ -45,8 +45,9 @@ those cuDNN notes as nondeterministic (atomics) while ``torch.use_deterministic_
 cuDNN sees is 16-byte aligned (the alignment the frontend declares to the backend): one that is
 not is staged through an aligned copy. Built graphs sit in an LRU (``NDCONV_PLAN_CACHE_SIZE``)
 keyed by device, dtype, TF32, determinism, the call's dims, strides, paddings, stride,
-dilation, groups and convolution mode; a graph cuDNN refuses is cached as refused. ``supports`` builds the default
-config's graph (on CUDA), so a refusal is a reason, never an exception in the planner.
+dilation, groups and convolution mode; a graph cuDNN refuses is cached as refused. ``supports``
+builds the default config's graph (on CUDA), so a refusal is a reason, never an exception in the
+planner.
 """
 
 from __future__ import annotations
