@@ -111,6 +111,46 @@ def test_forced_plans_are_cached_apart_from_chosen_ones(monkeypatch):
     assert planner.plan(p).name == "native"
 
 
+@pytest.fixture
+def deterministic(monkeypatch):
+    """Turns torch's deterministic mode on and off (``deterministic(True)``); off afterwards."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    yield torch.use_deterministic_algorithms
+    torch.use_deterministic_algorithms(previous)
+
+
+def test_plans_follow_torch_determinism_flags(fakes, monkeypatch, deterministic):
+    """An algorithm may support fewer problems in deterministic mode (cuDNN's graphs leave out
+    their nondeterministic engines), so the plan, tuning and call caches key on the mode: a plan
+    made outside it is not reused inside it, nor the other way round."""
+    from ndconv.problem import deterministic_mode
+
+    fakes["free"] = _fake("free")
+    fakes["free"].supports = lambda p: (not deterministic_mode(), "free fake, nondeterministic")
+    monkeypatch.setitem(planner.PREFERENCE, "cpu", ("free", "fast", "reference"))
+    runs = []
+    for name in ("free", "fast"):
+        fakes[name].run = lambda *a, name=name, run=fakes[name].run: (runs.append(name), run(*a))[1]
+    x, w = torch.randn(2, 6, 6, 4), torch.randn(4, 3, 3, 4)
+    expected = F.conv2d(x.movedim(-1, 1), w.movedim(-1, 1), padding=1).movedim(1, -1)
+    p = _problem()
+    assert planner.plan(p).name == "free"
+    torch.testing.assert_close(ndconv.conv2d(x, w, padding=1), expected)
+    ndconv.conv2d(x, w, padding=1)  # the cached call
+    key = tuning.cache_key(p)
+    deterministic(True)
+    assert planner.plan(p).name == "fast" and tuning.cache_key(p) == key + " | deterministic"
+    torch.testing.assert_close(ndconv.conv2d(x, w, padding=1), expected)
+    deterministic(False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    assert planner.plan(p).name == "fast"
+    ndconv.conv2d(x, w, padding=1)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    assert planner.plan(p).name == "free" and tuning.cache_key(p) == key
+    ndconv.conv2d(x, w, padding=1)
+    assert runs == ["free", "free", "fast", "fast", "free"]
+
+
 def test_cached_calls_neither_validate_nor_plan_again(monkeypatch):
     x, w = torch.randn(1, 5, 5, 2), torch.randn(3, 3, 3, 2)
     expected = ndconv.conv2d(x, w, padding=1)

@@ -15,7 +15,7 @@ import torch
 
 from . import planner
 from .autograd import convolve, run
-from .problem import DTYPES, ConvProblem
+from .problem import DTYPES, ConvProblem, deterministic_mode
 
 _WRAPPER_NDIM = {"conv1d": 1, "conv2d": 2, "conv3d": 3, "conv_transpose1d": 1,
                  "conv_transpose2d": 2, "conv_transpose3d": 3}
@@ -117,7 +117,7 @@ def _call_key(input, weight, stride, padding, kernel_dilation, input_dilation, g
         return (
             input.shape, weight.shape, input.dtype, weight.dtype, input.device, weight.device,
             _frozen(stride), _frozen(padding), _frozen(kernel_dilation), _frozen(input_dilation),
-            groups, flip, torch.backends.cudnn.allow_tf32,
+            groups, flip, torch.backends.cudnn.allow_tf32, deterministic_mode(),
         )
     except (AttributeError, TypeError):
         return None

@@ -4,9 +4,9 @@
 autotuning on (``autotune(True)`` or ``NDCONV_AUTOTUNE=1``; ``"gpu"`` ranks by GPU time alone)
 the measured fastest correct candidate (see ``tuning``), else the first algorithm in preference
 order that supports ``p``.
-Plans are kept in a thread-safe LRU keyed by the problem (``NDCONV_PLAN_CACHE_SIZE`` entries,
-default 128), so a repeated problem costs one dictionary lookup. ``explain(p)`` shows the whole
-decision.
+Plans are kept in a thread-safe LRU keyed by the problem and torch's determinism flags
+(``NDCONV_PLAN_CACHE_SIZE`` entries, default 128), so a repeated problem costs one dictionary
+lookup. ``explain(p)`` shows the whole decision.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 
 from . import tuning
 from .algorithms import REGISTRY, prepared_call
-from .problem import NATIVE_CALL_HOST_S, ConvProblem
+from .problem import NATIVE_CALL_HOST_S, ConvProblem, deterministic_mode
 
 ENV_ALGORITHM = "NDCONV_ALGORITHM"
 ENV_AUTOTUNE = "NDCONV_AUTOTUNE"
@@ -201,7 +201,9 @@ def plan(p: ConvProblem, algorithm: str | None = None) -> Plan:
     if algorithm is None:
         algorithm = os.environ.get(ENV_ALGORITHM) or None
         source = ENV_ALGORITHM
-    key = (p, _autotune) if algorithm is None else (p, algorithm, source)
+    # torch's determinism flags are part of the key: cuDNN's graphs support fewer problems under them
+    mode = deterministic_mode()
+    key = (p, _autotune, mode) if algorithm is None else (p, algorithm, source, mode)
     found = _plans.get(key)
     if found is None:
         if algorithm is not None:
@@ -217,7 +219,8 @@ def gradients(p: ConvProblem, algorithm: str | None = None):
     where both passes are planned to PyTorch's plain formulations of one forward geometry
     (``native.prepare_gradients``: one convolution_backward, as PyTorch's autograd makes);
     else None, and each gradient runs its own plan. Cached with the plans."""
-    key = ("gradients", p, algorithm or os.environ.get(ENV_ALGORITHM), _autotune)
+    forced = algorithm or os.environ.get(ENV_ALGORITHM)
+    key = ("gradients", p, forced, _autotune, deterministic_mode())
     found = _plans.get(key)
     if found is None:
         from .algorithms import native
@@ -239,7 +242,7 @@ def differentiable(p: ConvProblem, algorithm: str | None = None):
     autograd Function would cost); else None, and the passes run their own plans. Cached with
     the plans."""
     forced = algorithm or os.environ.get(ENV_ALGORITHM)
-    key = ("differentiable", p, forced, _autotune)
+    key = ("differentiable", p, forced, _autotune, deterministic_mode())
     found = _plans.get(key)
     if found is None:
         from .algorithms import native

@@ -29,6 +29,13 @@ BOUND_LAUNCH_HOST_S = 20e-6
 NATIVE_CALL_HOST_S = 46e-6
 
 
+def deterministic_mode() -> bool:
+    """Whether torch asks for deterministic algorithms (``torch.use_deterministic_algorithms`` or
+    ``torch.backends.cudnn.deterministic``): what a plan depends on besides its problem, as cuDNN's
+    graphs then leave out nondeterministic engines (the Triton kernels are deterministic always)."""
+    return torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic
+
+
 @dataclass(frozen=True)
 class ConvProblem:
     """One convolution: shapes, arguments per spatial axis, dtype, device and pass.

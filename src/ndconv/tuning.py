@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from .algorithms import REGISTRY, prepared_call
-from .problem import ConvProblem
+from .problem import ConvProblem, deterministic_mode
 
 VERSION = 1
 FILE_NAME = f"ndconv-tune-v{VERSION}.json"
@@ -228,7 +228,8 @@ def cache_key(p: ConvProblem, rank: str = "call") -> str | None:
         device = _cuda_name(torch.cuda.current_device())
     else:
         device = p.device
-    return f"{device} | {_versions()} | {p}" + ("" if rank == "call" else f" | ranked by {rank} time")
+    mode = " | deterministic" if deterministic_mode() else ""  # cuDNN's graphs then have fewer engines
+    return f"{device} | {_versions()} | {p}{mode}" + ("" if rank == "call" else f" | ranked by {rank} time")
 
 
 def _encode(config):

@@ -59,7 +59,7 @@ from functools import lru_cache
 
 import torch
 
-from ..problem import ConvProblem
+from ..problem import ConvProblem, deterministic_mode
 
 NAME = "cudnn"
 INSTALL_HINT = "pip install 'ndconv[cudnn]'"
@@ -449,8 +449,7 @@ def _cache():
 
 def _key(call: Call, p: ConvProblem, config: Config, layout: tuple, device: int) -> _GraphKey:
     """``layout``: (dims, strides) of X, W and Y as bound."""
-    deterministic = torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic
-    return _GraphKey(device, p.dtype, p.allow_tf32, deterministic, call.op, layout, call.pre_padding,
+    return _GraphKey(device, p.dtype, p.allow_tf32, deterministic_mode(), call.op, layout, call.pre_padding,
                      call.post_padding, call.stride, call.dilation, call.groups,
                      call.reverse and config.reverse == "mode")
 
