@@ -423,6 +423,13 @@ def test_explain_dense():
         assert not rows["grouped"].supported and "not a grouped convolution" in rows["grouped"].reason
         assert rows["implicit_gemm"].supported
     assert "fwd: native (heuristic)" in text and " ms " not in text  # nothing tuned, no timings
+    assert "deterministic mode" not in text
+
+
+def test_explain_says_when_planned_in_deterministic_mode(deterministic):
+    deterministic(True)
+    e = ndconv.explain((2, 8, 8, 16), (32, 3, 3, 16), padding=1)
+    assert e.deterministic and str(e).splitlines()[1].startswith("deterministic mode")
 
 
 KERNEL_DEVICE = "cpu" if INTERPRET else "cuda"  # where the Triton algorithms run here

@@ -457,12 +457,15 @@ class Explanation:
     rows: tuple  # of Row: (pass, algorithm, supported, reason, chosen, best tuned ms or None)
     plans: dict  # pass -> Plan
     notes: dict  # pass -> a remark on where the choice came from (may be empty)
+    deterministic: bool = False  # planned under torch's determinism flags
 
     def chosen(self, pass_: str = "fwd") -> str:
         return self.plans[pass_].name
 
     def __str__(self) -> str:
         lines = [f"problem: {self.problem}"]
+        if self.deterministic:
+            lines.append("deterministic mode (torch's flags): cudnn leaves out nondeterministic engines")
         width = max(len(r.algorithm) for r in self.rows)
         for pass_, chosen in self.plans.items():
             note = f"; {self.notes[pass_]}" if self.notes[pass_] else ""
@@ -509,4 +512,4 @@ def explain(p: ConvProblem, algorithm: str | None = None) -> Explanation:
             times = tuned.timings_ms.get(name) if tuned is not None else None
             best_ms = min(times.values()) if times else None
             rows.append(Row(q.pass_, name, ok, reason, name == chosen.name, best_ms))
-    return Explanation(p, tuple(rows), plans, notes)
+    return Explanation(p, tuple(rows), plans, notes, deterministic_mode())
