@@ -180,10 +180,6 @@ def call_cache() -> LRU:
     return _calls
 
 
-def algorithm_names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
-
-
 def lookup(name: str, source: str = "algorithm="):
     """The algorithm module called ``name``; ValueError listing the valid names otherwise."""
     try:
