@@ -112,7 +112,7 @@ def test_forced_plans_are_cached_apart_from_chosen_ones(monkeypatch):
 
 
 @pytest.fixture
-def deterministic(monkeypatch):
+def deterministic():
     """Turns torch's deterministic mode on and off (``deterministic(True)``); off afterwards."""
     previous = torch.are_deterministic_algorithms_enabled()
     yield torch.use_deterministic_algorithms
