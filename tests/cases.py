@@ -57,7 +57,8 @@ def poisoned(p, a, b, operand, value, seed):
         (a2 if operand == "a" else b2).view(-1)[(seed * 7919 + start) % n] = value
         masks = [(~t.isfinite()).double() for t in (a2, b2)]
         ones = [torch.ones_like(t, dtype=torch.float64) for t in (a2, b2)]
-        reads = (testing.reference_result(p, masks[0], ones[1]) + testing.reference_result(p, ones[0], masks[1])) > 0
+        reads = (testing.reference_result(p, masks[0], ones[1])
+                 + testing.reference_result(p, ones[0], masks[1])) > 0
         if reads.any():
             return a2, b2, reads
     raise AssertionError(f"no output of {p} reads operand {operand}")

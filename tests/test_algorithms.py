@@ -27,7 +27,8 @@ COVERS_EVERY_PROBLEM = {"gemm", "native", "implicit_gemm"}
 ALGORITHMS = list(ALGORITHM_DTYPES)
 # hypothesis draws 1-3 channels per group, which Winograd refuses, and rarely a depthwise problem
 # without input dilation, which is all toeplitz takes, or an ungrouped forward of at most 4
-# channels, which is all stem takes (test_winograd, test_toeplitz, test_stem draw their own); cudnn runs only on CUDA with its optional package (test_cudnn draws problems for its mapping)
+# channels, which is all stem takes (test_winograd, test_toeplitz, test_stem draw their own); cudnn
+# runs only on CUDA with its optional package (test_cudnn draws problems for its mapping)
 _CUDNN_RUNS = DEVICE == "cuda" and REGISTRY["cudnn"]._frontend()[0] is not None
 RANDOM_ALGORITHMS = [name for name in ALGORITHMS
                      if name not in ("winograd", "toeplitz", "stem") and (name != "cudnn" or _CUDNN_RUNS)]
@@ -87,8 +88,10 @@ def test_native_keeps_the_symmetric_padding_of_strided_convolutions():
     from ndconv.algorithms import native
 
     for x, w, args, hi in (((2, 8, 8, 4), (4, 3, 3, 4), dict(stride=2, padding=1), (1, 1)),
-                           ((2, 9, 4), (4, 3, 4), dict(stride=2, padding=([0], [1])), (0,)),  # 0: 4 outputs too
-                           ((2, 9, 4), (4, 3, 4), dict(stride=2, padding=([3], [0])), (-1,))):  # 3: 6, the least
+                           # 0: 4 outputs too
+                           ((2, 9, 4), (4, 3, 4), dict(stride=2, padding=([0], [1])), (0,)),
+                           # 3: 6, the least
+                           ((2, 9, 4), (4, 3, 4), dict(stride=2, padding=([3], [0])), (-1,))):
         p = make_problem(x, w, device=DEVICE, **args)
         assert native._forward_of(p.wgrad())[0].padding_hi == hi
         assert native.forward_of_dgrad(p.dgrad()).padding_hi == hi
@@ -107,7 +110,8 @@ def test_native_keeps_the_symmetric_padding_of_strided_convolutions():
 
 FLIPPED_PLAIN = [  # flipped kernels with symmetric padding: the plain formulations flip the weight
     pytest.param(((2, 5, 6, 3), (4, 3, 2, 3), dict(padding=1, flip=True)), id="2d_flip"),
-    pytest.param(((2, 9, 4), (6, 3, 2), dict(padding=2, kernel_dilation=2, flip=True, groups=2)), id="1d_flip_groups"),
+    pytest.param(((2, 9, 4), (6, 3, 2), dict(padding=2, kernel_dilation=2, flip=True, groups=2)),
+                 id="1d_flip_groups"),
 ]
 
 
@@ -344,9 +348,11 @@ def test_depthwise_strips_and_tap_chunks(x_shape, w_shape, args, pass_):
     small = replace(base, block_p=4, block_o=8) if pass_ == "wgrad" else replace(base, tile_w=1)
     flipped_order = replace(base, channels_fastest=not base.channels_fastest)  # the grid's other order
     unrolled = replace(base, rows_unrolled=True, cols=3)  # kernel rows unrolled (forward passes)
-    configs = [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order, unrolled]
+    configs = [base, replace(base, unroll=4, cols=3), replace(small, unroll=3, cols=5), flipped_order,
+               unrolled]
     if pass_ != "wgrad":  # 2 channels per thread; strips of several rows (any stride once unrolled)
-        configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2), replace(unrolled, rows=2),
+        configs += [replace(base, vector=2, block_p=4), replace(base, rows=3, cols=2),
+                    replace(unrolled, rows=2),
                     replace(base, max_registers=depthwise.THREE_CTAS_OF_4_WARPS),  # spills (on a GPU)
                     # strips in one order over all images (a program's strips cross rows and images)
                     replace(base, flat=True, block_p=4), replace(unrolled, flat=True, rows=2, block_p=8)]
@@ -390,13 +396,15 @@ def test_depthwise_weight_gradient_walks_by_default_where_it_wins():
     def problem(x, w, **args):
         return make_problem(x, w, groups=x[-1], dtype=torch.float32, device=DEVICE, **args).wgrad()
 
-    walked = [problem((2, 7, 7, 8), (8, 5, 5, 1), padding=2), problem((1, 3, 5, 6, 8), (8, 3, 3, 3, 1), padding=1)]
+    walked = [problem((2, 7, 7, 8), (8, 5, 5, 1), padding=2),
+              problem((1, 3, 5, 6, 8), (8, 3, 3, 3, 1), padding=1)]
     for p in walked:
         config = depthwise.default_config(p)
         assert config.walk and config == depthwise.configs(p)[0] and depthwise.wgrad_wins(p)
         report = testing.check("depthwise", p, seed=5)
         assert report.ok, f"{config} on {p}: {report}"
-    kept = [problem((2, 7, 7, 8), (8, 3, 3, 1), padding=1), problem((2, 14, 14, 8), (8, 5, 5, 1), stride=2, padding=2),
+    kept = [problem((2, 7, 7, 8), (8, 3, 3, 1), padding=1),
+            problem((2, 14, 14, 8), (8, 5, 5, 1), stride=2, padding=2),
             problem((2, 17, 17, 8), (8, 7, 7, 1), padding=3), problem((2, 7, 7, 8), (8, 7, 7, 1), padding=6,
                                                                    kernel_dilation=2)]
     assert not any(depthwise.default_config(p).walk for p in kept)
@@ -518,7 +526,8 @@ def test_depthwise_prepared_call_matches_the_reference(pass_):
 # channel multiplier (two input channels per lane), a 1x1 kernel (3 of 4 phases no tap reaches),
 # 1-D and 3-D.
 DEPTHWISE_PHASES = [
-    pytest.param((1, 9, 11, 5), (5, 5, 5, 1), {"stride": 2, "padding": ([2, 0], [1, 3]), "groups": 5}, id="5x5_s2"),
+    pytest.param((1, 9, 11, 5), (5, 5, 5, 1), {"stride": 2, "padding": ([2, 0], [1, 3]), "groups": 5},
+                 id="5x5_s2"),
     pytest.param((1, 10, 9, 4), (8, 3, 4, 1), {"stride": (3, 2), "padding": ([1, 0], [1, 2]), "groups": 4,
                                                "flip": True}, id="s3_flip_mult2"),
     pytest.param((1, 8, 8, 4), (4, 1, 1, 1), {"stride": 2, "groups": 4}, id="1x1_empty_phases"),

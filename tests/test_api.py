@@ -179,7 +179,8 @@ def test_algorithm_keyword_and_environment_force(monkeypatch):
     ndconv.conv2d(x, w)
     assert calls == [1, 1]
     monkeypatch.setenv("NDCONV_ALGORITHM", "nope")
-    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: depthwise, toeplitz, grouped, stem, implicit_gemm, winograd, native, cudnn, gemm, reference"):
+    with pytest.raises(ValueError, match="NDCONV_ALGORITHM: unknown algorithm 'nope'; valid: depthwise, "
+                       "toeplitz, grouped, stem, implicit_gemm, winograd, native, cudnn, gemm, reference"):
         ndconv.conv2d(x, w)
 
 
@@ -201,7 +202,8 @@ def test_explain_lists_every_algorithm_and_pass():
     e = ndconv.explain(torch.randn(2, 8, 8, 4), torch.randn(4, 3, 3, 4), padding=1)
     text = str(e)
     assert e.chosen("fwd") == "native" and e.chosen("dgrad") == "native" and e.chosen("wgrad") == "native"
-    assert {(r[0], r[1]) for r in e.rows} == {(p, n) for p in ("fwd", "dgrad", "wgrad") for n in planner.REGISTRY}
+    assert {(r[0], r[1]) for r in e.rows} == {(p, n) for p in ("fwd", "dgrad", "wgrad")
+                                              for n in planner.REGISTRY}
     assert text.count("->") == 3 and "native" in text and "reference" in text and "x=[2, 8, 8, 4]" in text
     shapes = ndconv.explain((2, 8, 8, 4), (4, 3, 3, 4), padding=1)
     assert shapes.problem == e.problem
@@ -310,7 +312,8 @@ def test_torch_func_transforms(args):
     semantics, against the same transforms of the oracle."""
     from torch.func import grad, jacrev, jvp, vmap
 
-    x, w, t = _data((2, 6, 5, 3), (6, 3, 2, 3 // args.get("groups", 1)), (6, 3, 2, 3 // args.get("groups", 1)))
+    x, w, t = _data((2, 6, 5, 3), (6, 3, 2, 3 // args.get("groups", 1)),
+                    (6, 3, 2, 3 // args.get("groups", 1)))
 
     def loss(fn):
         return lambda w, xi: fn(xi[None], w, args).square().sum()
@@ -321,12 +324,14 @@ def test_torch_func_transforms(args):
     torch.testing.assert_close(per_sample, expected)
     torch.testing.assert_close(jvp(lambda w: ours(x, w, args), (w,), (t,))[1],
                                jvp(lambda w: _oracle(x, w, args), (w,), (t,))[1])
-    torch.testing.assert_close(jacrev(lambda x: ours(x, w, args))(x[:1]), jacrev(lambda x: _oracle(x, w, args))(x[:1]))
+    torch.testing.assert_close(jacrev(lambda x: ours(x, w, args))(x[:1]),
+                               jacrev(lambda x: _oracle(x, w, args))(x[:1]))
 
 
 def test_torch_func_refuses_triton_algorithms():
     from torch.func import vmap
 
     x, w = _data((2, 6, 5, 3), (4, 3, 3, 3))
-    with pytest.raises(ValueError, match="conv2d: algorithm 'implicit_gemm' cannot run under a torch.func transform"):
+    with pytest.raises(ValueError,
+                       match="conv2d: algorithm 'implicit_gemm' cannot run under a torch.func transform"):
         vmap(lambda xi: ndconv.conv2d(xi, w, algorithm="implicit_gemm"))(x[:, None])

@@ -8,7 +8,8 @@ from ndconv.algorithms import REGISTRY
 
 
 def test_check_passes_and_prints_a_table(capsys):
-    assert cli.main(["check", "--device", "cpu", "--case", "2d_3x3", "1d_causal_dw", "--dtype", "float32"]) == 0
+    assert cli.main(["check", "--device", "cpu", "--case", "2d_3x3", "1d_causal_dw",
+                     "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "2d_3x3" in out and "wgrad" in out and "gemm" in out and "all checks passed" in out
 

@@ -83,7 +83,8 @@ def test_every_call_computes_the_pass(emulated, case, pass_):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_types_and_staging(emulated, dtype):
     # a transposed convolution (the dgrad formulation, a staged filter) and its gradients
-    p = make_problem((2, 5, 6, 4), (6, 3, 3, 2), dtype=dtype, input_dilation=2, padding=1, groups=2, flip=True)
+    p = make_problem((2, 5, 6, 4), (6, 3, 3, 2), dtype=dtype, input_dilation=2, padding=1, groups=2,
+                     flip=True)
     for q in (p, p.dgrad(), p.wgrad()):
         for config in cudnn_alg.configs(q):
             _check(q, config)

@@ -112,8 +112,10 @@ def test_compiled_op_second_derivatives(name):
     assert torch.autograd.gradgradcheck(fn, (x, w), eps=1e-6, atol=1e-7, fast_mode=True)
 
 
-@pytest.mark.parametrize(("name", "algorithm"), [("2d_3x3", "implicit_gemm"), ("2d_convT_3x3s2_asym", "implicit_gemm"),
-                                                 ("2d_dw5x5_s2_mult2", "depthwise"), ("2d_grouped_g4", "grouped")])
+@pytest.mark.parametrize(("name", "algorithm"), [("2d_3x3", "implicit_gemm"),
+                                                 ("2d_convT_3x3s2_asym", "implicit_gemm"),
+                                                 ("2d_dw5x5_s2_mult2", "depthwise"),
+                                                 ("2d_grouped_g4", "grouped")])
 def test_second_derivatives_on_triton_kernels(name, algorithm):
     """A gradient penalty's derivatives run every pass on the forced kernel (in the interpreter
     on a CPU): compared with the float64 reference's."""
@@ -130,9 +132,10 @@ def test_second_derivatives_on_triton_kernels(name, algorithm):
         dx, dw = torch.autograd.grad(y, (x, w), v, create_graph=True)
         return torch.autograd.grad(dx.square().sum() + dw.square().sum(), (x, w, v))
 
-    tol = ndconv.testing.tolerance(case.problem(torch.float32, device)) * 10  # two passes deep (TF32 on a GPU)
-    for ours, ref, what in zip(penalty_grads(torch.float32, algorithm), penalty_grads(torch.float64, "reference"),
-                               ("x", "w", "dy")):
+    # two passes deep (TF32 on a GPU)
+    tol = ndconv.testing.tolerance(case.problem(torch.float32, device)) * 10
+    for ours, ref, what in zip(penalty_grads(torch.float32, algorithm),
+                               penalty_grads(torch.float64, "reference"), ("x", "w", "dy")):
         ndconv.testing.assert_close(ours.cpu(), ref.cpu(), tol, f"{name} {algorithm} d/d{what}")
 
 
@@ -225,7 +228,8 @@ def _same_as_the_passes(p, direct):
     if p.device == "cpu":  # the same kernels (on a GPU cuDNN may pick another algorithm: round-off)
         torch.testing.assert_close(dx, both[0], rtol=0, atol=0)
         torch.testing.assert_close(dw, both[1], rtol=0, atol=0)
-    ndconv.testing.assert_close(dx, ndconv.testing.reference_result(d, dy, wd), ndconv.testing.tolerance(d), "dx")
+    ndconv.testing.assert_close(dx, ndconv.testing.reference_result(d, dy, wd), ndconv.testing.tolerance(d),
+                                "dx")
     expected_dw = ndconv.testing.reference_result(g, xd, dy)  # the gradient of the weight as read
     expected_dw = expected_dw.flip(tuple(range(1, 1 + p.ndim))) if p.flip else expected_dw
     ndconv.testing.assert_close(dw, expected_dw, ndconv.testing.tolerance(g), "dw")

@@ -109,7 +109,8 @@ def test_gpu_default_packs_through_pytorch():
     at least 14 wide (groups up to 8 wide) or 56 (16 wide); elsewhere groups that pack become 16
     channels wide for the forward, 32 for the gradients, run by PyTorch's convolution (the input
     gradient through convolution_backward); groups that do not pack keep the direct kernel."""
-    p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16, device="cuda")
+    p = make_problem((64, 56, 56, 128), (128, 3, 3, 4), padding=1, groups=32, dtype=torch.bfloat16,
+                     device="cuda")
     assert grouped.default_config(p) == grouped.rows_config(p)  # wide rows: the rows kernel
     assert grouped.default_config(p.dgrad()) == grouped.rows_config(p.dgrad())
     assert grouped.default_config(p.wgrad()) == grouped.rows_config(p.wgrad())
@@ -141,11 +142,13 @@ def test_gpu_default_packs_through_pytorch():
     large = make_problem((32, 56, 56, 128), (128, 31, 31, 1), padding=15, groups=128, dtype=torch.bfloat16,
                          device="cuda")  # 961 taps: more than the rows kernel unrolls
     assert all(grouped.default_config(q).kernel != "rows" for q in (large, large.dgrad(), large.wgrad()))
-    narrow = make_problem((256, 56, 56, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16, device="cuda")
+    narrow = make_problem((256, 56, 56, 6), (6, 3, 3, 2), padding=1, groups=3, dtype=torch.bfloat16,
+                          device="cuda")
     assert grouped.default_config(narrow) == Config("packed", 3, packed_by="native")  # 6 wide: all three
     # a forward the host would wait on: the direct kernel, whose bound launch is issued fastest
     tiny = replace(narrow, x_shape=(2, 8, 8, 6))
-    assert grouped.host_bound(tiny) and not grouped.host_bound(narrow) and not grouped.host_bound(tiny.dgrad())
+    assert (grouped.host_bound(tiny) and not grouped.host_bound(narrow)
+            and not grouped.host_bound(tiny.dgrad()))
     assert grouped.default_config(tiny) == Config(block_g=8, block_p=128, tile_w=8)
     assert grouped.default_config(tiny.dgrad()).packed_by == "native"
 
@@ -164,7 +167,8 @@ ROWS_CONFIGS = {
     "default": None,  # grouped.rows_config(p): strips sized to the GPU, one 64-column tile
     "strips_of_2": 2,
     "narrow_tiles_2x_groups": Config("rows", block_g=8, tile_w=16, strip=3, num_stages=3),
-    "images_side_by_side": Config("rows", tile_w=8, images=4, strip=3, num_stages=3),  # a partial block of images
+    # a partial block of images
+    "images_side_by_side": Config("rows", tile_w=8, images=4, strip=3, num_stages=3),
 }
 
 
@@ -181,7 +185,8 @@ def test_rows_kernel_matches_reference(case, pass_, config):
         assert report.ok, f"{forced} on {p}: {report}"
         a, b = testing.random_operands(p, 2, device=DEVICE)
         out = prepared_call(grouped, p, forced)(a, b)  # its bound launch, as a cached call runs it
-        testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p), f"prepared {forced}")
+        testing.assert_close(out, testing.reference_result(p, a, b), testing.tolerance(p),
+                             f"prepared {forced}")
 
 
 SEVERAL_COLUMNS = [pytest.param(case, 2, id=f"{name}-2") for name, case in ROWS_CASES.items()] + [
@@ -240,7 +245,8 @@ def test_rows_kernel_vectors_where_channels_are_not_multiples_of_16():
             return grouped._rows_wgrad_launch(p, x, dy, ws, config)[3]["ALIGN"]
         return grouped._rows_launch(p, *views, config)[3]["ALIGN"]
 
-    assert [align((2, 6, 7, 72), (72, 3, 3, 24), 3, pass_) for pass_ in ("fwd", "dgrad", "wgrad")] == [8, 8, 8]
+    assert [align((2, 6, 7, 72), (72, 3, 3, 24), 3, pass_)
+            for pass_ in ("fwd", "dgrad", "wgrad")] == [8, 8, 8]
     assert align((2, 6, 7, 20), (20, 3, 3, 4), 5, "fwd") == 4
     assert align((2, 6, 7, 32), (32, 3, 3, 4), 8, "fwd") == 1
 

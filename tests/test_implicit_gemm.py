@@ -23,7 +23,8 @@ def test_other_configs(case, pass_):
     """The other reduction layout (packed <-> per tap), tiny tiles and a forced split-K."""
     p = for_pass(case.problem(dtype=torch.float32, device=DEVICE), pass_)
     default = implicit_gemm.default_config(p)
-    for config in (Config(16, 16, 16, 4, 2, not default.packed, 3), Config(32, 64, 32, 4, 3, default.packed, 2)):
+    for config in (Config(16, 16, 16, 4, 2, not default.packed, 3),
+                   Config(32, 64, 32, 4, 3, default.packed, 2)):
         report = testing.check("implicit_gemm", p, seed=3, config=config)
         assert report.ok, f"{config} on {p}: {report}"
 
@@ -33,7 +34,8 @@ def test_config_space_is_pruned_and_contains_the_default():
     space = implicit_gemm.configs(p)
     assert space[0] == implicit_gemm.default_config(p) and len(space) == len(set(space)) >= 3
     assert all(c.block_n <= 32 for c in space[1:])
-    wide = implicit_gemm.configs(testing.Case("wide", (1, 8, 8, 64), (256, 3, 3, 64), {}).problem(device=DEVICE))
+    wide = implicit_gemm.configs(
+        testing.Case("wide", (1, 8, 8, 64), (256, 3, 3, 64), {}).problem(device=DEVICE))
     assert len(wide) > len(space) and any(c.block_n == 256 for c in wide)
 
 
@@ -122,7 +124,8 @@ def test_gpu_defaults(monkeypatch):
     assert all(planner._choose(q).reason.startswith("host-bound") for q in (tiny, tiny_grouped))
     batch_one = cases["grouped3x3_g32"].problem("cuda")  # at batch 1 too: 0.4 us at its floor
     batch_one = replace(batch_one, x_shape=(1, *batch_one.x_shape[1:]))
-    assert grouped.host_bound(batch_one) and not grouped.host_bound(replace(batch_one, x_shape=(8, 56, 56, 128)))
+    assert (grouped.host_bound(batch_one)
+            and not grouped.host_bound(replace(batch_one, x_shape=(8, 56, 56, 128))))
     # small groups' weight gradients outside the rows kernel (tools/grouped_planner.py): PyTorch's
     # grouped convolution, but implicit_gemm's where the groups' lanes would be padded (24 wide)
     def regnet(x_shape, groups):
@@ -135,7 +138,8 @@ def test_gpu_defaults(monkeypatch):
             ((64, 28, 28, 128), 8, "native", None), ((64, 56, 56, 32), 2, "grouped", "rows"),
             ((64, 14, 14, 208), 26, "grouped", "rows"), ((64, 28, 28, 104), 13, "grouped", "rows")):
         chosen = planner._choose(regnet(x_shape, groups).wgrad())
-        assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (x_shape, chosen.reason)
+        assert (chosen.name, getattr(chosen.config, "kernel", None)) == (algorithm, kernel), (
+            x_shape, chosen.reason)
     # depthwise weight gradients: PyTorch's, but strided 3x3 ones (PyTorch's 1.02-1.15x slower), strided
     # 5x5 ones over 14-28 rows (cuDNN's 10x slower), 3-D ones (7-12x slower) and, on the walking
     # kernel, stride-1 ones of 25-49 taps whose output rows fit one chunk (depthwise.walk_wins)
@@ -236,9 +240,11 @@ def test_stems_over_pairs_of_outputs_where_the_reduction_stays():
     def pairs(x, w, dtype=torch.bfloat16, **args):
         return implicit_gemm._output_pairs(make_problem(x, w, dtype=dtype, device="cpu", **args))
 
-    stem = make_problem((64, 224, 224, 3), (64, 7, 7, 3), dtype=torch.bfloat16, device="cpu", stride=2, padding=3)
+    stem = make_problem((64, 224, 224, 3), (64, 7, 7, 3), dtype=torch.bfloat16, device="cpu",
+                        stride=2, padding=3)
     r = implicit_gemm._output_pairs(stem)  # windows of 5 blocks of 12 channels, 60 of 64, every 24 elements
-    assert r.x_shape == (64, 115, 56, 64) and r.w_shape == (128, 4, 1, 64) and r.out_shape == (64, 112, 56, 128)
+    assert (r.x_shape == (64, 115, 56, 64) and r.w_shape == (128, 4, 1, 64)
+            and r.out_shape == (64, 112, 56, 128))
     assert implicit_gemm.tma_route(stem) == (
         " over a space-to-depth copy of the input, pairs of outputs along the last axis as one row")
     assert implicit_gemm._space_to_depth_copies(stem, True) == (  # two weight copies, one block apart
@@ -383,7 +389,8 @@ TMA_WGRAD_CASES = [  # output sides with power-of-two factors, so that exact box
     pytest.param((1, 4, 4, 4, 8), (8, 3, 3, 3, 8), dict(padding=([2, 1, 1], [0, 1, 1])), id="3d_causal"),
 ]
 TMA_WGRAD_CONFIGS = (Config(16, 16, 16, 4, 2, tma=True), Config(32, 16, 32, 4, 3, split_k=3, tma=True),
-                     Config(16, 16, 16, 4, 2, split_k=2, tma=True, taps=2),  # a ragged last chunk when K3 is odd
+                     # a ragged last chunk when K3 is odd
+                     Config(16, 16, 16, 4, 2, split_k=2, tma=True, taps=2),
                      Config(16, 16, 16, 4, 3, tma=True, taps=3))  # the defaults' 3 taps (2-D and 3-D)
 
 
@@ -430,7 +437,8 @@ def _check_prepared_weight_gradient(p, launcher: str, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(implicit_gemm, launcher, lambda *args: pytest.fail("a launch was built per call"))
             a, b = testing.random_operands(p, 2)
-            testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p), str(config))
+            testing.assert_close(call(a, b), testing.reference_result(p, a, b), testing.tolerance(p),
+                                 str(config))
         shifted = torch.empty(a.numel() + 1, dtype=a.dtype, device=a.device)[1:].view(a.shape)
         shifted.copy_(a)
         testing.assert_close(call(shifted, b), testing.reference_result(p, a, b), testing.tolerance(p))
@@ -465,8 +473,8 @@ TMA_WGRAD_PHASE_CASES = [  # strided and input-dilated weight gradients: stride-
                  id="2d_3x3s2_odd_side"),  # x's rows do not divide into phases: one launch per phase
     pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), 4, True, True,
                  id="2d_convT_4x4s2"),
-    pytest.param((2, 4, 6, 16), (16, 3, 3, 16), dict(input_dilation=2, padding=([1, 1], [2, 2]), flip=True), 4,
-                 True, True, id="2d_convT_3x3s2"),  # phases of 1 and 2 taps per axis
+    pytest.param((2, 4, 6, 16), (16, 3, 3, 16), dict(input_dilation=2, padding=([1, 1], [2, 2]), flip=True),
+                 4, True, True, id="2d_convT_3x3s2"),  # phases of 1 and 2 taps per axis
     pytest.param((2, 6, 8, 16), (8, 3, 3, 16), dict(stride=(1, 2), padding=([1, 0], [1, 1])), 2, True, True,
                  id="stride_1x2"),
     pytest.param((2, 8, 8, 32), (16, 3, 3, 16), dict(stride=2, padding=1, groups=2), 4, False, False,
@@ -476,8 +484,8 @@ TMA_WGRAD_PHASE_CASES = [  # strided and input-dilated weight gradients: stride-
                  id="1d_kdil_stride_one_phase"),
     pytest.param((2, 8, 16), (8, 5, 16), dict(input_dilation=2, kernel_dilation=3, padding=([3], [2])), 2,
                  True, False, id="1d_idil2_kdil3"),
-    pytest.param((2, 8, 32), (16, 3, 16), dict(input_dilation=3, padding=([2], [0]), groups=2), 3, True, False,
-                 id="1d_idil3_groups"),
+    pytest.param((2, 8, 32), (16, 3, 16), dict(input_dilation=3, padding=([2], [0]), groups=2), 3,
+                 True, False, id="1d_idil3_groups"),
     pytest.param((16, 2, 16), (8, 4, 16), dict(input_dilation=3, padding=([0], [0])), 3, True, False,
                  id="1d_idil_phase_without_outputs"),
 ]
@@ -538,7 +546,8 @@ def test_prepared_phased_weight_gradient_binds_the_launch(x_shape, w_shape, args
 
     p = make_problem(x_shape, w_shape, dtype=torch.bfloat16, device=DEVICE, **args).wgrad()
     _check_prepared_weight_gradient(p, "_phased_wgrad_launch", monkeypatch)
-    odd = make_problem((2, 7, 8, 16), (16, 3, 3, 16), dtype=torch.bfloat16, device=DEVICE, stride=2, padding=1)
+    odd = make_problem((2, 7, 8, 16), (16, 3, 3, 16), dtype=torch.bfloat16, device=DEVICE,
+                       stride=2, padding=1)
     assert implicit_gemm.prepare(odd.wgrad(), TMA_WGRAD_CONFIGS[0]) is None
 
 
@@ -550,14 +559,16 @@ def test_tma_weight_gradient_defaults_one_tap_a_program_and_long_steps_for_small
     from ndconv.api import make_problem
 
     def config(x, w, **args):
-        return implicit_gemm.tma_wgrad_config(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args).wgrad())
+        return implicit_gemm.tma_wgrad_config(
+            make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args).wgrad())
 
     assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(64, 64, 128, 4, 4, tma=True)
     assert config((8, 16, 56, 56, 64), (64, 3, 3, 3, 64), padding=1) == Config(64, 64, 128, 4, 4, tma=True)
     assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 128, 64, 8, 4, tma=True)
     assert config((64, 28, 28, 512), (128, 1, 1, 512)) == Config(64, 64, 64, 4, 6, tma=True)  # pointwise
     shared = [c for c in implicit_gemm.tma_wgrad_configs(make_problem(
-        (64, 56, 56, 64), (64, 3, 3, 64), padding=1, dtype=torch.bfloat16, device="cpu").wgrad()) if c.taps == 3]
+        (64, 56, 56, 64), (64, 3, 3, 64), padding=1, dtype=torch.bfloat16, device="cpu").wgrad())
+        if c.taps == 3]
     assert shared  # still tried by autotuning
 
 
@@ -572,7 +583,8 @@ def test_exact_boxes_divide_the_output():
 TMA_PHASE_CASES = [  # input-dilated forwards (transposed convolutions): one TMA grid row per output phase
     pytest.param((2, 4, 5, 16), (8, 3, 3, 16), dict(input_dilation=2, padding=([1, 1], [2, 2]), flip=True),
                  id="convT_3x3s2"),
-    pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), id="convT_4x4s2"),
+    pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True),
+                 id="convT_4x4s2"),
     pytest.param((1, 5, 5, 16), (8, 3, 3, 16), dict(input_dilation=2, kernel_dilation=3, padding=2),
                  id="idil2_kdil3"),
     pytest.param((2, 7, 16), (8, 3, 16), dict(input_dilation=3, padding=([0], [1])), id="1d_idil3"),
@@ -582,7 +594,8 @@ TMA_STRIDED_CASES = [  # strided forwards, whose input gradients are input-dilat
     pytest.param((2, 8, 8, 16), (16, 2, 2, 16), dict(stride=2), id="2x2s2"),
     pytest.param((2, 11, 16), (8, 4, 16), dict(stride=3, padding=([1], [2])), id="1d_s3"),
     pytest.param((2, 8, 8, 16), (16, 1, 1, 16), dict(stride=2), id="1x1s2_zero_phases"),  # 3 of 4 phases zero
-    pytest.param((2, 9, 8, 16), (8, 1, 3, 16), dict(stride=(3, 2), padding=([0, 1], [1, 1])), id="1x3_zero_rows"),
+    pytest.param((2, 9, 8, 16), (8, 1, 3, 16), dict(stride=(3, 2), padding=([0, 1], [1, 1])),
+                 id="1x3_zero_rows"),
 ]
 
 
@@ -633,17 +646,21 @@ TMA_FOLD_CASES = [  # strided problems, folded into stride-1 ones over a free vi
     pytest.param((2, 15, 8), (8, 4, 8), dict(stride=3, padding=([2], [1])), id="1d_k4s3_asym"),
     pytest.param((1, 14, 8), (8, 3, 8), dict(stride=2, padding=([-1], [0]), flip=True), id="1d_crop_flip"),
     pytest.param((2, 8, 8, 16), (16, 1, 1, 16), dict(stride=2), id="1x1s2_steps"),
-    pytest.param((2, 9, 9, 16), (16, 1, 1, 16), dict(stride=2, padding=([-1, 0], [0, 0])), id="1x1s2_cropped"),
+    pytest.param((2, 9, 9, 16), (16, 1, 1, 16), dict(stride=2, padding=([-1, 0], [0, 0])),
+                 id="1x1s2_cropped"),
     pytest.param((2, 6, 8, 16), (8, 3, 3, 16), dict(stride=(1, 2), padding=1), id="stride_1x2"),
-    pytest.param((1, 3, 4, 8, 8), (8, 3, 3, 3, 8), dict(stride=(1, 1, 2), padding=1), id="3d_last_axis_strided"),
+    pytest.param((1, 3, 4, 8, 8), (8, 3, 3, 3, 8), dict(stride=(1, 1, 2), padding=1),
+                 id="3d_last_axis_strided"),
     pytest.param((2, 16, 16), (8, 3, 16), dict(stride=4, padding=([0], [1])), id="1d_k3s4_one_folded_tap"),
     # strided axes before the last step their rows (box side 1 along them)
     pytest.param((2, 9, 8, 16), (16, 3, 3, 16), dict(stride=2, padding=1), id="3x3s2_rows_stepped"),
     pytest.param((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), id="4x4s2_asym"),
     pytest.param((1, 11, 6, 16), (8, 3, 1, 16), dict(stride=(3, 2), padding=([2, 0], [-1, 0]),
-                                                    kernel_dilation=(2, 1), flip=True), id="rows_dilated_flip"),
+                                                    kernel_dilation=(2, 1), flip=True),
+                 id="rows_dilated_flip"),
     pytest.param((2, 6, 9, 8, 16), (8, 3, 3, 3, 16), dict(stride=2, padding=1), id="3d_rows_stepped"),
-    pytest.param((2, 7, 8, 16), (16, 1, 1, 16), dict(stride=2, padding=([1, 0], [0, 0])), id="1x1s2_padded_rows"),
+    pytest.param((2, 7, 8, 16), (16, 1, 1, 16), dict(stride=2, padding=([1, 0], [0, 0])),
+                 id="1x1s2_padded_rows"),
 ]
 
 
@@ -656,15 +673,17 @@ def test_tma_path_folds_strided_problems(x_shape, w_shape, args, monkeypatch):
 
 
 @pytest.mark.parametrize("x_shape,w_shape,args,pass_", [
-    pytest.param((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), "fwd", id="4x4s2_asym"),
+    pytest.param((2, 8, 8, 16), (24, 4, 4, 16), dict(stride=2, padding=([1, 1], [2, 1])), "fwd",
+                 id="4x4s2_asym"),
     pytest.param((2, 4, 4, 16), (16, 4, 4, 16), dict(input_dilation=2, padding=2, flip=True), "dgrad",
                  id="convT_dgrad"),  # a transposed convolution's input gradient: a strided forward
     pytest.param((2, 4, 5, 16), (8, 2, 2, 16), dict(input_dilation=2, padding=1, flip=True), "dgrad",
                  id="convT_2x2s2_dgrad"),  # its weight, a transposed view, copied to fold (unpadded)
     pytest.param((2, 9, 9, 16), (16, 1, 1, 16), dict(stride=2, padding=([-1, 0], [0, 0])), "fwd",
                  id="1x1s2_cropped"),  # the input's view starts past its first element; the weight as given
-    pytest.param((1, 11, 6, 16), (8, 3, 1, 16), dict(stride=(3, 2), padding=([2, 0], [-1, 0]), kernel_dilation=(2, 1),
-                                                    flip=True), "fwd", id="rows_dilated_flip"),
+    pytest.param((1, 11, 6, 16), (8, 3, 1, 16), dict(stride=(3, 2), padding=([2, 0], [-1, 0]),
+                                                    kernel_dilation=(2, 1), flip=True), "fwd",
+                 id="rows_dilated_flip"),
 ])
 def test_prepared_folded_call_binds_the_launch(x_shape, w_shape, args, pass_, monkeypatch):
     """A strided problem's prepared call (the launch bound once; per call only the weight's
@@ -721,7 +740,8 @@ TAP_FOLD_CASES = [  # stride 1, channel counts whose taps fold into at most half
     pytest.param((2, 5, 7, 24), (24, 3, 4, 24), dict(padding=([2, 0], [1, 2]), flip=True), id="2d_asym_flip"),
     pytest.param((1, 7, 9, 24), (24, 2, 4, 24), dict(padding=([1, -1], [0, 2]), kernel_dilation=(2, 1)),
                  id="2d_crop_kdil"),
-    pytest.param((2, 3, 4, 6, 24), (24, 3, 3, 4, 24), dict(padding=([2, 1, 0], [0, 1, 0])), id="3d_unpadded_last"),
+    pytest.param((2, 3, 4, 6, 24), (24, 3, 3, 4, 24), dict(padding=([2, 1, 0], [0, 1, 0])),
+                 id="3d_unpadded_last"),
 ]
 
 
@@ -744,12 +764,14 @@ def test_tap_fold_only_where_it_halves_the_reduction_steps():
         return implicit_gemm._tap_fold(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     q = fold((16, 3000, 80), (768, 3, 80), padding=1)  # conv1d_k3_80: 9 steps of 32 -> 4 of 64
-    assert "rows_fwd_kernel" in implicit_gemm.tma_route(make_problem((16, 3000, 80), (768, 3, 80), dtype=torch.bfloat16,
-                                                                     device="cpu", padding=1))  # half types
+    assert "rows_fwd_kernel" in implicit_gemm.tma_route(make_problem((16, 3000, 80), (768, 3, 80),
+                                                                     dtype=torch.bfloat16, device="cpu",
+                                                                     padding=1))  # half types
     assert q.x_shape == (16, 3000, 240) and q.w_shape == (768, 1, 240) and q.padding_lo == (0,)
     assert fold((64, 56, 56, 64), (64, 3, 3, 64), padding=1) is None  # r50_3x3_56: 3 steps per row either way
     assert fold((2, 9, 32), (16, 3, 32), padding=1) is None  # 3 steps of 32 -> 3 of 32
-    assert fold((2, 9, 9, 48), (16, 3, 3, 48), padding=1) is None  # 9 steps of 16 per row -> 5 of 32: not halved
+    # 9 steps of 16 per row -> 5 of 32: not halved
+    assert fold((2, 9, 9, 48), (16, 3, 3, 48), padding=1) is None
     assert fold((2, 9, 16), (16, 3, 16), stride=2, padding=1) is None  # strided: Fold's
     assert fold((2, 9, 9, 32), (32, 3, 3, 16), padding=1, groups=2) is None
 
@@ -832,9 +854,11 @@ def test_space_to_depth_shapes_and_refusals():
         return implicit_gemm._space_to_depth(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
     q = s2d((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # r50_stem_7x7s2
-    assert q.x_shape == (64, 115, 115, 16) and q.w_shape == (64, 4, 4, 16) and q.out_shape == (64, 112, 112, 64)
+    assert (q.x_shape == (64, 115, 115, 16) and q.w_shape == (64, 4, 4, 16)
+            and q.out_shape == (64, 112, 112, 64))
     assert implicit_gemm._tap_fold(q).x_shape == (64, 115, 112, 64)  # then 4 row taps of 64 channels
-    assert s2d((2, 224, 224, 3), (768, 16, 16, 3), stride=16).w_shape == (768, 1, 1, 768)  # ViT patches: a GEMM
+    # ViT patches: a GEMM
+    assert s2d((2, 224, 224, 3), (768, 16, 16, 3), stride=16).w_shape == (768, 1, 1, 768)
     assert implicit_gemm.tma_route(make_problem((64, 224, 224, 4), (64, 7, 7, 4), dtype=torch.bfloat16,
                                                 device="cpu", stride=2, padding=3)) == (  # RGBA: no pairs
         " over a space-to-depth copy of the input, the last axis's taps folded into the channels")
@@ -855,7 +879,8 @@ def test_fold_refusals():
     assert "divisible" in reason((1, 9, 16), (16, 3, 16), stride=2)
     assert "16-byte" in reason((1, 8, 6), (16, 3, 6), stride=2)
     assert "padding" in reason((1, 8, 8, 16), (16, 1, 1, 16), stride=2, padding=1)
-    rows = make_problem((64, 64, 64, 128), (256, 4, 4, 128), dtype=torch.bfloat16, device="cpu", stride=2, padding=1)
+    rows = make_problem((64, 64, 64, 128), (256, 4, 4, 128), dtype=torch.bfloat16, device="cpu",
+                        stride=2, padding=1)
     fold = implicit_gemm._fold(rows)  # convT_4x4s2's input gradient: rows stepped, columns folded
     assert fold.axes == (("row", 2), ("fold", 2, 1, 3)) and fold.row_steps == (2, 1)
     assert fold.q.x_shape == (64, 64, 32, 256) and fold.q.out_spatial == (32, 32)
@@ -913,11 +938,15 @@ def test_tma_config_tiles():
     def config(x, w, **args):
         return implicit_gemm.tma_config(make_problem(x, w, dtype=torch.bfloat16, device="cpu", **args))
 
-    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 3, tma=True)  # 3 CTAs an SM
+    assert config((64, 56, 56, 64), (64, 3, 3, 64), padding=1) == Config(128, 64, 64, 4, 3,
+                                                                         tma=True)  # 3 CTAs an SM
     assert config((1, 256, 256, 256), (256, 3, 3, 256), padding=1) == Config(256, 128, 64, 8, 3, tma=True)
-    assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True, persistent=1)
-    assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 64, 64, 4, 3, tma=True)  # 392 tiles
-    assert config((64, 28, 28, 128), (128, 3, 3, 128), padding=1) == Config(128, 128, 64, 4, 2, tma=True)  # one wave
+    assert config((8, 64, 64, 320), (320, 3, 3, 320), padding=1) == Config(256, 64, 64, 4, 4, tma=True,
+                                                                           persistent=1)
+    assert config((64, 14, 14, 256), (256, 3, 3, 256), padding=1) == Config(128, 64, 64, 4, 3,
+                                                                            tma=True)  # 392 tiles
+    assert config((64, 28, 28, 128), (128, 3, 3, 128), padding=1) == Config(128, 128, 64, 4, 2,
+                                                                            tma=True)  # one wave
     assert config((64, 56, 56, 64), (256, 1, 1, 64)) == Config(256, 128, 64, 8, 3, tma=True, rows=True)
     assert config((64, 56, 56, 256), (64, 1, 1, 256)) == Config(128, 64, 64, 4, 4, tma=True, rows=True)
     assert not config((64, 14, 14, 1024), (256, 1, 1, 1024)).rows  # 98 tiles on 132 SMs
@@ -927,14 +956,17 @@ def test_tma_config_tiles():
                   flip=True) == Config(128, 128, 64, 8, 3, tma=True)  # long phases over many tiles
     assert config((2, 8, 8, 96), (64, 3, 3, 48), groups=2).block_k == 16  # never straddles a group
     assert config((2, 8, 80), (64, 1, 80)).block_k == 32  # 96 of 80 channels: the last block zero-filled
-    assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64  # one tile: its taps folded (240 channels)
+    # one tile: its taps folded (240 channels)
+    assert config((2, 8, 80), (64, 3, 80), padding=1).block_k == 64
     assert config((16, 3000, 80), (768, 3, 80), padding=1) == Config(128, 256, 32, 8, 3, tma=True,
                                                                      rows=True)  # conv1d_k3_80: 3 steps a tap
-    assert config((16, 3000, 768), (768, 3, 768), padding=1) == Config(128, 256, 64, 8, 3, tma=True, rows=True)
+    assert config((16, 3000, 768), (768, 3, 768), padding=1) == Config(128, 256, 64, 8, 3, tma=True,
+                                                                       rows=True)
     assert config((2, 8, 8, 80), (64, 3, 3, 80), padding=1).block_k == 64  # its taps folded: 240 channels
     config((1, 9, 9, 1), (16, 3, 3, 1), stride=2)  # neither folds nor takes space-to-depth: its own tiles
     stem = config((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)  # space-to-depth, pairs of outputs
-    assert (stem.block_m, stem.block_n, stem.block_k, stem.num_stages, stem.persistent) == (128, 128, 64, 2, 0)
+    assert (stem.block_m, stem.block_n, stem.block_k, stem.num_stages, stem.persistent) == (
+        128, 128, 64, 2, 0)
 
 
 @pytest.mark.parametrize("config", [TMA_CONFIGS[0], Config(32, 16, 16, 4, 2)], ids=["tma", "gather"])

@@ -125,7 +125,8 @@ def test_arguments_mlx_refuses_raise_value_error(D, groups, c, o, spatial, kerne
      dict(padding=(np.array([1, 0]), np.array([0, 2])), input_dilation=np.array([1, 2]), flip=True),
      dict(stride=1.5), dict(padding="same"), dict(stride=np.array([2.0, 1.0])), dict(flip=1), dict(flip=None),
      dict(flip=np.bool_(True))],
-    ids=["arrays", "pair-of-arrays", "float", "string", "float-array", "int-flip", "none-flip", "numpy-bool-flip"],
+    ids=["arrays", "pair-of-arrays", "float", "string", "float-array", "int-flip", "none-flip",
+         "numpy-bool-flip"],
 )
 def test_argument_types_as_mlx(args):
     """NumPy arrays of ints are sequences to both (a 0-d one an int); what MLX's bindings refuse

@@ -45,7 +45,8 @@ def test_layer_with_asymmetric_padding():
     """conv_general's (lo, hi) padding: a causal 1-D layer."""
     layer = nn.Conv1d(3, 5, 4, padding=([3], [0]))
     x = torch.randn(2, 9, 3)
-    torch.testing.assert_close(layer(x), ndconv.conv_general(x, layer.weight, padding=([3], [0])) + layer.bias)
+    torch.testing.assert_close(layer(x),
+                               ndconv.conv_general(x, layer.weight, padding=([3], [0])) + layer.bias)
     assert layer(x).shape == (2, 9, 5) and "padding=((3,), (0,))" in repr(layer)
 
 

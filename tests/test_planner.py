@@ -277,7 +277,8 @@ def test_autotune_times_near_ties_again_longer(fakes, monkeypatch):
     ndconv.autotune("gpu")
     chosen = planner.plan(_problem())
     assert chosen.name == "fast" and timed == [0.05] * 3 + [0.0625] * 8
-    assert chosen.tuned.timings_ms == {"slow": {"default": 1.15}, "fast": {"default": 1.0}, "far": {"default": 2.0}}
+    assert chosen.tuned.timings_ms == {"slow": {"default": 1.15}, "fast": {"default": 1.0},
+                                       "far": {"default": 2.0}}
 
 
 def test_concurrent_threads_tune_a_problem_once(fakes, monkeypatch):

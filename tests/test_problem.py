@@ -53,7 +53,8 @@ def test_views_do_not_copy(case):
         a_shape, b_shape = q.operand_shapes
         a, b, out = torch.empty(a_shape), torch.empty(b_shape), torch.empty(q.result_shape)
         x, w, y = q.views(a, b, out)
-        assert x.data_ptr() == a.data_ptr() and w.data_ptr() == b.data_ptr() and y.data_ptr() == out.data_ptr()
+        assert (x.data_ptr() == a.data_ptr() and w.data_ptr() == b.data_ptr()
+                and y.data_ptr() == out.data_ptr())
         G = q.groups
         assert x.shape == (*q.x_shape[:-1], G, q.c_per_group)
         assert w.shape == (G, q.o_per_group, *q.kernel, q.c_per_group)

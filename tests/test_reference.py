@@ -46,13 +46,15 @@ _TORCH_CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpos
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 2), (3, 2, 2, 1), (1, 1, 2, 3)])
+@pytest.mark.parametrize("stride,padding,dilation,groups",
+                         [(1, 0, 1, 1), (2, 1, 1, 2), (3, 2, 2, 1), (1, 1, 2, 3)])
 def test_wrappers_match_torch_conv(ndim, stride, padding, dilation, groups):
     g = torch.Generator().manual_seed(2)
     x = torch.randn(2, *[9 - ndim] * ndim, 6, generator=g, dtype=torch.float64)
     w = torch.randn(6, *[3] * ndim, 6 // groups, generator=g, dtype=torch.float64)
     ours = getattr(ndconv, f"conv{ndim}d")(x, w, stride, padding, dilation, groups, algorithm="reference")
-    theirs = _TORCH_CONV[ndim](dense(x.movedim(-1, 1)), dense(w.movedim(-1, 1)), None, stride, padding, dilation, groups)
+    theirs = _TORCH_CONV[ndim](dense(x.movedim(-1, 1)), dense(w.movedim(-1, 1)), None, stride, padding,
+                               dilation, groups)
     torch.testing.assert_close(ours, theirs.movedim(1, -1), rtol=1e-12, atol=1e-12)
 
 

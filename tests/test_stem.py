@@ -150,6 +150,7 @@ def test_planner_takes_short_stems_only(monkeypatch):
     assert chosen((64, 224, 224, 3), (96, 4, 4, 3), stride=4) == "stem"
     assert chosen((64, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3) == "implicit_gemm"
     assert chosen((8, 16000, 1), (512, 10, 1), stride=5) == "stem"  # wav2vec2: host-bound, but 1-D
-    assert chosen((1, 32, 32, 3), (16, 3, 3, 3), padding=1) != "stem"  # host-bound: its three launches cost more
+    # host-bound: its three launches cost more
+    assert chosen((1, 32, 32, 3), (16, 3, 3, 3), padding=1) != "stem"
     assert chosen((1, 2000, 1), (16, 7, 1), padding=3) != "stem"
     assert chosen((32, 256, 256, 1), (32, 3, 3, 1), padding=1) == "stem"  # one channel: no depthwise kernel

@@ -22,15 +22,18 @@ pytestmark = pytest.mark.usefixtures("full_fp32")  # the fp32 bounds are for exa
 
 CASES = [
     testing.Case("1d_k13_causal", (2, 40, 6), (6, 13, 1), {"padding": ([12], [0]), "groups": 6}),
-    testing.Case("1d_k33_kdil2", (1, 70, 20), (20, 33, 1), {"padding": 16, "kernel_dilation": 2, "groups": 20}),
+    testing.Case("1d_k33_kdil2", (1, 70, 20), (20, 33, 1),
+                 {"padding": 16, "kernel_dilation": 2, "groups": 20}),
     testing.Case("2d_9x9_two_tiles", (2, 9, 21, 8), (8, 9, 9, 1), {"padding": 4, "groups": 8}),
     testing.Case("2d_band_on_rows", (2, 30, 5, 6), (6, 11, 3, 1), {"padding": ([5, 1], [6, 1]), "groups": 6}),
     testing.Case("2d_asym_negative_flip", (1, 8, 25, 4), (4, 3, 10, 1),
                  {"padding": ([1, 7], [0, -2]), "kernel_dilation": (2, 1), "flip": True, "groups": 4}),
     testing.Case("2d_stride2", (1, 7, 37, 4), (4, 3, 9, 1), {"stride": 2, "padding": 4, "groups": 4}),
     testing.Case("2d_multiplier2", (1, 6, 20, 3), (6, 3, 9, 1), {"padding": ([1, 4], [1, 4]), "groups": 3}),
-    testing.Case("2d_c40_partial_block", (1, 5, 18, 40), (40, 3, 9, 1), {"padding": ([1, 4], [1, 4]), "groups": 40}),
-    testing.Case("3d_k13", (1, 3, 4, 30, 4), (4, 2, 3, 13, 1), {"padding": ([1, 1, 6], [0, 1, 6]), "groups": 4}),
+    testing.Case("2d_c40_partial_block", (1, 5, 18, 40), (40, 3, 9, 1),
+                 {"padding": ([1, 4], [1, 4]), "groups": 40}),
+    testing.Case("3d_k13", (1, 3, 4, 30, 4), (4, 2, 3, 13, 1),
+                 {"padding": ([1, 1, 6], [0, 1, 6]), "groups": 4}),
 ]
 
 
@@ -136,7 +139,8 @@ def test_band_axis_is_the_longest_kernel():
     p = make_problem((1, 40, 40, 2), (2, 15, 5, 1), groups=2)
     assert toeplitz.band_axis(p) == 0
     assert toeplitz.band_axis(make_problem((1, 40, 40, 2), (2, 7, 7, 1), groups=2)) == 1
-    assert toeplitz.band_axis(make_problem((1, 40, 40, 2), (2, 5, 3, 1), kernel_dilation=(1, 3), groups=2)) == 1
+    assert toeplitz.band_axis(make_problem((1, 40, 40, 2), (2, 5, 3, 1), kernel_dilation=(1, 3),
+                                           groups=2)) == 1
 
 
 def test_default_tiles_for_the_benchmark_shapes():

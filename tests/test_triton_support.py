@@ -54,7 +54,8 @@ def test_raw_launch_encodes_each_descriptor_once_per_base_and_expands_it_in_plac
     assert len(encoded) == 2 and len(launched) == 3
     args = launched[-1]
     assert args[:13] == (2, 1, 1, 99, 1234, False, False, None, None, ("meta",), None, None, None)
-    assert args[13:] == (("tensormap", x.data_ptr()), 4, 8, 8, 1, ("tensormap", w.data_ptr()), 2, 8, 8, 1, y, 7, True)
+    assert args[13:] == (("tensormap", x.data_ptr()), 4, 8, 8, 1, ("tensormap", w.data_ptr()), 2, 8, 8, 1,
+                         y, 7, True)
 
     x2 = torch.ones(4, 8)  # a new input: its descriptor is encoded for its own address
     raw((2, 1, 1), 99, compiled, list(values), (x2, w, y))

@@ -24,7 +24,8 @@ def torch_conv_general(x, w, stride, lo, hi, kernel_dilation, input_dilation, gr
     x = x[tuple(index) + (slice(None),)]
     # insert input_dilation - 1 zeros between elements
     if any(i > 1 for i in input_dilation):
-        shape = [x.shape[0]] + [(s - 1) * i + 1 for s, i in zip(x.shape[1:-1], input_dilation)] + [x.shape[-1]]
+        shape = ([x.shape[0]] + [(s - 1) * i + 1 for s, i in zip(x.shape[1:-1], input_dilation)]
+                 + [x.shape[-1]])
         z = x.new_zeros(shape)
         z[(slice(None), *(slice(None, None, i) for i in input_dilation), slice(None))] = x
         x = z

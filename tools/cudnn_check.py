@@ -35,7 +35,8 @@ def _try(fn):
     try:
         return fn(), None
     except Exception as e:  # noqa: BLE001 - report every failure, keep going
-        return None, f"{type(e).__name__}: {e}".replace("\n", " ")[:400] + "\n" + traceback.format_exc(limit=3)
+        return None, (f"{type(e).__name__}: {e}".replace("\n", " ")[:400] + "\n"
+                      + traceback.format_exc(limit=3))
 
 
 def check(q, config, seed=0):
@@ -80,7 +81,8 @@ def main(argv=None) -> int:
             "ERROR" if ok is None else "ok" if ok else "FAIL")
         counts[status] += 1
         label = f"{config.formulation}/{config.reverse}" if config is not None else "-"
-        print(f"{status:11} {kind:5} {name:22} {q.pass_:5} {str(q.dtype)[6:]:8} {label:12} {text.splitlines()[0]}")
+        print(f"{status:11} {kind:5} {name:22} {q.pass_:5} {str(q.dtype)[6:]:8} {label:12} "
+              f"{text.splitlines()[0]}")
         if status == "ERROR":
             print("            " + "\n            ".join(text.splitlines()[1:]))
         rows.append({"kind": kind, "case": name, "pass": q.pass_, "dtype": str(q.dtype), "config": label,
@@ -120,7 +122,8 @@ def main(argv=None) -> int:
             record("suite", case.name, q, config, ok, text, **extra)
             torch.cuda.empty_cache()
 
-    print(f"\nsummary ({time.perf_counter() - t0:.0f} s): " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    print(f"\nsummary ({time.perf_counter() - t0:.0f} s): "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "cudnn_check.json").write_text(json.dumps(rows, indent=1, default=str))

@@ -22,5 +22,6 @@ for case in testing.CASES:
                             Config(64, 32, 32, 4, 2, not d.packed)):
                     r = testing.check("implicit_gemm", q, seed=1, config=cfg)
                     if not r.ok:
-                        print(f"FAIL {case.name} {q.pass_} {dtype} tf32={q.allow_tf32} {cfg}: {r}", flush=True)
+                        print(f"FAIL {case.name} {q.pass_} {dtype} tf32={q.allow_tf32} {cfg}: {r}",
+                              flush=True)
 print("done", flush=True)

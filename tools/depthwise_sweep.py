@@ -5,8 +5,10 @@ config that fails or raises is reported and skipped. Prints a table, writes JSON
 
     PYTHONPATH=src python3 tools/depthwise_sweep.py --out dw.json
     PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw7x7_56:fwd --max 9
-    PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw3x3_56:fwd --where 'c == base or c.channels_fastest'
-    PYTHONPATH=src python3 tools/depthwise_sweep.py --suite depthwise --cases mbv2_dw3x3_7_c960:fwd --where 'c.flat'
+    PYTHONPATH=src python3 tools/depthwise_sweep.py --cases dw3x3_56:fwd \\
+        --where 'c == base or c.channels_fastest'
+    PYTHONPATH=src python3 tools/depthwise_sweep.py --suite depthwise --cases mbv2_dw3x3_7_c960:fwd \\
+        --where 'c.flat'
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def _baseline(p, pass_, sets, check):
     for f in native.formulations(p, pass_):
         prepared = [f.prepare(a, b) for a, b in sets]
         try:
-            ms = _time_checked(f.run, prepared, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), 0.2)[0]
+            ms = _time_checked(f.run, prepared, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)),
+                               0.2)[0]
         except Exception as e:  # noqa: BLE001 - a formulation that fails is reported, not fatal
             print(f"    baseline {f.name}: {type(e).__name__}: {str(e)[:120]}", flush=True)
             continue
@@ -124,12 +127,14 @@ def sweep_case(case, pass_, max_configs, deadline):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="depthwise_sweep.json")
-    parser.add_argument("--suite", default="public", help="the suite the cases come from (public, depthwise, ...)")
+    parser.add_argument("--suite", default="public",
+                        help="the suite the cases come from (public, depthwise, ...)")
     parser.add_argument("--cases", nargs="+", help="CASE:PASS entries (default: the built-in sweep)")
     parser.add_argument("--max", type=int, help="configs per case (default: per case)")
     parser.add_argument("--budget", type=float, default=220, help="seconds before the rest is skipped")
     parser.add_argument("--where", help="a Python expression of c (a config) and base (the default): "
-                                        "only the configs for which it is true, e.g. 'c == base or c.unroll < 8'")
+                                        "only the configs for which it is true, "
+                                        "e.g. 'c == base or c.unroll < 8'")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     cases = {c.name: c for c in suites.load_suite(args.suite)}

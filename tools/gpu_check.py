@@ -1,8 +1,8 @@
 """GPU tests on real shapes (run on the H200, not in CI): every Triton algorithm on the public
-suite's cases (or another suite's) in fp16, bf16 and fp32 and all their passes against the float64 reference (on a
-slice where the full case is too big), the shared tiny case list on CUDA, a convolution whose
-operands exceed 2**31 elements, and what the compiler made of the kernels (wgmma, registers,
-spills).
+suite's cases (or another suite's) in fp16, bf16 and fp32 and all their passes against the
+float64 reference (on a slice where the full case is too big), the shared tiny case list on
+CUDA, a convolution whose operands exceed 2**31 elements, and what the compiler made of the
+kernels (wgmma, registers, spills).
 
     PYTHONPATH=src python3 tools/gpu_check.py [--out DIR] [--algorithms implicit_gemm ...]
 """
@@ -123,7 +123,8 @@ def compiled_kernels(log):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
-    parser.add_argument("--algorithms", nargs="+", default=[n for n in REGISTRY if n not in ("reference", "gemm")])
+    parser.add_argument("--algorithms", nargs="+",
+                        default=[n for n in REGISTRY if n not in ("reference", "gemm")])
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-tiny", action="store_true")
     parser.add_argument("--suite", default="public", help="public, stems, or a JSON file of cases")

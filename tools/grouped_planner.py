@@ -62,7 +62,8 @@ def candidates(q):
     plan = planner.plan(q)
     config = getattr(plan.config, "kernel", "") if plan.name == grouped.NAME else ""
     out = [(f"planner: {plan.name} {config}".strip(), lambda a, b: autograd.run(q, a, b))]
-    out += [(name, lambda a, b, name=name: autograd.run(q, a, b, name)) for name in ("native", "implicit_gemm")]
+    out += [(name, lambda a, b, name=name: autograd.run(q, a, b, name))
+            for name in ("native", "implicit_gemm")]
     if grouped.rows_reason(q) is None:
         out.append(("grouped rows", prepared_call(grouped, q, grouped.rows_config(q))))
     if grouped._native_packs(q):
@@ -83,14 +84,16 @@ def measure(name, p, pass_):
     planned = next(iter(row.values()))
     regret = planned / min(times) if isinstance(planned, float) else None
     cells = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
-    print(f"{name} {pass_}: {cells}; regret {regret:.2f}" if regret else f"{name} {pass_}: {cells}", flush=True)
+    print(f"{name} {pass_}: {cells}; regret {regret:.2f}" if regret else f"{name} {pass_}: {cells}",
+          flush=True)
     return {"case": name, "pass_": pass_, "problem": str(q), "us": row, "regret": regret}
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="grouped_planner.json")
-    parser.add_argument("--cases", nargs="+", default=list(CASES) if DEVICE == "cuda" else ["regnety16_w24_28"])
+    parser.add_argument("--cases", nargs="+",
+                        default=list(CASES) if DEVICE == "cuda" else ["regnety16_w24_28"])
     parser.add_argument("--passes", nargs="+", default=["fwd", "dgrad", "wgrad"])
     args = parser.parse_args()
     results = []

@@ -81,7 +81,8 @@ def main():
                      device="cuda")
     for pass_ in args.passes:
         q = p if pass_ == "fwd" else getattr(p, pass_)()
-        direct = grouped.default_config(q) if pass_ == "wgrad" else grouped.Config()  # fwd/dgrad default packs
+        # fwd/dgrad default packs
+        direct = grouped.default_config(q) if pass_ == "wgrad" else grouped.Config()
         report("grouped3x3_g32", q, direct, args.sass)
 
 

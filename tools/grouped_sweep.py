@@ -36,10 +36,14 @@ C = grouped.Config
 # (x, w, conv_general args), bf16
 CASES = {
     "grouped3x3_g32": ((64, 56, 56, 128), (128, 3, 3, 4), {"padding": 1, "groups": 32}),  # ResNeXt-50 32x4d
-    "resnext_g32x8_56": ((32, 56, 56, 256), (256, 3, 3, 8), {"padding": 1, "groups": 32}),  # ResNeXt-101 32x8d
-    "regnetx_g24_28": ((64, 28, 28, 168), (168, 3, 3, 24), {"padding": 1, "groups": 7}),  # RegNetX-1.6GF stage 2
-    "resnext_g32x8_28": ((64, 28, 28, 256), (256, 3, 3, 8), {"padding": 1, "groups": 32}),  # ResNeXt-50 stage 2
-    "resnext_g32x16_14": ((64, 14, 14, 512), (512, 3, 3, 16), {"padding": 1, "groups": 32}),  # ResNeXt-50 stage 3
+    "resnext_g32x8_56": ((32, 56, 56, 256), (256, 3, 3, 8),
+                         {"padding": 1, "groups": 32}),  # ResNeXt-101 32x8d
+    "regnetx_g24_28": ((64, 28, 28, 168), (168, 3, 3, 24),
+                       {"padding": 1, "groups": 7}),  # RegNetX-1.6GF stage 2
+    "resnext_g32x8_28": ((64, 28, 28, 256), (256, 3, 3, 8),
+                         {"padding": 1, "groups": 32}),  # ResNeXt-50 stage 2
+    "resnext_g32x16_14": ((64, 14, 14, 512), (512, 3, 3, 16),
+                          {"padding": 1, "groups": 32}),  # ResNeXt-50 stage 3
     "grouped3x3_g32_n8": ((8, 56, 56, 128), (128, 3, 3, 4), {"padding": 1, "groups": 32}),  # batch 8
     "regnet_g8_112": ((16, 112, 112, 64), (64, 3, 3, 8), {"padding": 1, "groups": 8}),  # wide rows
     # depthwise 3x3 (MobileNetV2, the public suite's): packed 16 groups at a time, a 3x3 conv over
@@ -131,7 +135,8 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
     # PyTorch: every formulation (cuDNN, channels last), the fastest is the baseline
     for f in native.formulations(p, pass_):
         prepared = [f.prepare(a, b) for a, b in sets]
-        measure(f"torch {f.name}", f.run, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), prepared)
+        measure(f"torch {f.name}", f.run, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)),
+                prepared)
 
     def algo(module, config):  # as a cached call runs it (its prepared call where it has one)
         return prepared_call(module, q, config)
@@ -170,7 +175,8 @@ def _sweep_pass(name, p, pass_, bandwidth, deadline, short):
         else:
             what = r.get("skipped") or r.get("wrong") or r.get("error")
             print(f"  {r['label']:34} {'-':>8} {str(what)[:90]}")
-    return {"case": name, "pass_": pass_, "problem": str(q), "floor_ms": floor_ms, "baseline_ms": base, "rows": rows}
+    return {"case": name, "pass_": pass_, "problem": str(q), "floor_ms": floor_ms, "baseline_ms": base,
+            "rows": rows}
 
 
 def main():

@@ -58,13 +58,15 @@ def rows(device: str) -> dict:
             pass
 
         out["bare Triton launch, kernel[grid](x)"] = lambda: touch[(1,)](x)
-        out["ndconv.conv2d, algorithm=implicit_gemm"] = lambda: ndconv.conv2d(x, w, 1, 1, algorithm="implicit_gemm")
+        out["ndconv.conv2d, algorithm=implicit_gemm"] = (
+            lambda: ndconv.conv2d(x, w, 1, 1, algorithm="implicit_gemm"))
         out["ndconv.conv2d depthwise, algorithm=depthwise"] = (
             lambda: ndconv.conv2d(x, wd, 1, 1, groups=16, algorithm="depthwise"))
         wg = w[:, :, :, :4].contiguous()
         wgt = wg.permute(0, 3, 1, 2)
         out["F.conv2d grouped (4 groups)"] = lambda: F.conv2d(xt, wgt, padding=1, groups=4)
-        out["ndconv.conv2d grouped (4 groups), planner's choice"] = (  # the direct kernel (grouped.host_bound)
+        # the direct kernel (grouped.host_bound)
+        out["ndconv.conv2d grouped (4 groups), planner's choice"] = (
             lambda: ndconv.conv2d(x, wg, 1, 1, groups=4))
         out["ndconv.conv2d grouped (4 groups), algorithm=native"] = (
             lambda: ndconv.conv2d(x, wg, 1, 1, groups=4, algorithm="native"))
@@ -77,7 +79,8 @@ def rows(device: str) -> dict:
         w3 = torch.randn(16, 3, 3, 3, device=device, dtype=dtype)  # a 3x3 one: the stem kernel's two copies
         w3t = w3.permute(0, 3, 1, 2)
         out["F.conv2d 3x3 RGB stem"] = lambda: F.conv2d(xst, w3t, padding=1)
-        out["ndconv.conv2d 3x3 RGB stem, algorithm=stem"] = lambda: ndconv.conv2d(xs, w3, 1, 1, algorithm="stem")
+        out["ndconv.conv2d 3x3 RGB stem, algorithm=stem"] = (
+            lambda: ndconv.conv2d(xs, w3, 1, 1, algorithm="stem"))
         # the planner keeps a stem this small off the stem kernel (planner._host_bound)
         out["ndconv.conv2d 3x3 RGB stem, planner's choice"] = lambda: ndconv.conv2d(xs, w3, 1, 1)
     return out
@@ -88,7 +91,8 @@ def graph_check(device: str) -> None:
     bound launches, and the paths that build their launch per call (a strided RGB stem over
     its space-to-depth copy, a transposed convolution's output phases)."""
     cases = [  # (name, x shape, w shape, function, kwargs)
-        ("implicit_gemm", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv2d, dict(padding=1, algorithm="implicit_gemm")),
+        ("implicit_gemm", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv2d,
+         dict(padding=1, algorithm="implicit_gemm")),
         ("depthwise", (2, 8, 8, 16), (16, 3, 3, 1), ndconv.conv2d,
          dict(padding=1, groups=16, algorithm="depthwise")),
         ("planner", (2, 8, 8, 16), (16, 3, 3, 16), ndconv.conv2d, dict(padding=1)),

@@ -7,8 +7,9 @@ instructions, pipeline barriers, store width.
 --wgrad compiles the TMA weight-gradient kernel instead (config: O-tile, C-tile, positions, ...).
 
 The launch arguments come from ndconv's own launcher (run on empty CPU tensors of the case's
-shapes, the kernel call intercepted; run it without TRITON_INTERPRET); integers are specialised as Triton's JIT does (1 as a
-constant, multiples of 16 marked divisible), so the code matches what the GPU would compile.
+shapes, the kernel call intercepted; run it without TRITON_INTERPRET); integers are specialised
+as Triton's JIT does (1 as a constant, multiples of 16 marked divisible), so the code matches
+what the GPU would compile.
 """
 
 import argparse
@@ -84,7 +85,8 @@ def main():
         grid, args, kw = call
         kernel = compile_sm90(getattr(implicit_gemm_kernels, kernel_name), args, kw)
         box = "x".join(str(kw[k]) for k in ("BB", "B1", "B2", "B3"))
-        tile = (f"BO {kw['BLOCK_O']} BC {kw['BLOCK_C']}" if a.wgrad else f"BN {kw['BLOCK_N']} BK {kw['BLOCK_K']}")
+        tile = (f"BO {kw['BLOCK_O']} BC {kw['BLOCK_C']}" if a.wgrad
+                else f"BN {kw['BLOCK_N']} BK {kw['BLOCK_K']}")
         print(f"{name}: box {box} {tile} warps {kw['num_warps']} "
               f"stages {kw['num_stages']} grid {grid}: {describe(kernel)}")
         if a.ttgir:

@@ -48,7 +48,8 @@ BOXES = ((8, 16), (16, 16), (4, 32))
 
 def label(c: ig.Config) -> str:
     tiles = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-    return tiles + (f" box {f'{c.box_h}x{c.box_w}' if c.box_w else 'auto'}{' tma-store' if c.tma_store else ''}"
+    return tiles + (f" box {f'{c.box_h}x{c.box_w}' if c.box_w else 'auto'}"
+                    f"{' tma-store' if c.tma_store else ''}"
                     f"{f' persistent {c.persistent}/SM' if c.persistent else ''}" if c.tma else "")
 
 
@@ -214,7 +215,8 @@ def main():
         env.update(gpu=props.name, sms=props.multi_processor_count, cudnn=torch.backends.cudnn.version())
     log(f"tma_sweep on {env.get('gpu', 'CPU (interpreter)')}: {env}")
     cases = {c.name: c for c in suites.load_suite("public")}
-    wanted = CASES if not args.cases else [tuple(c.split(":")) if ":" in c else (c, "fwd") for c in args.cases]
+    wanted = CASES if not args.cases else [tuple(c.split(":")) if ":" in c else (c, "fwd")
+                                           for c in args.cases]
     rows = []
     for name, pass_ in wanted:
         try:

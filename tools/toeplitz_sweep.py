@@ -82,7 +82,8 @@ def compiled_info(before: set) -> list[dict]:
                 continue
             ptx = kernel.asm.get("ptx", "")
             # a kernel compiled but never loaded (its launch failed) has no register counts
-            out.append({"n_regs": getattr(kernel, "n_regs", None), "n_spills": getattr(kernel, "n_spills", None),
+            out.append({"n_regs": getattr(kernel, "n_regs", None),
+                        "n_spills": getattr(kernel, "n_spills", None),
                         "shared": kernel.metadata.shared,
                         "wgmma": "wgmma.mma_async" in ptx, "mma_sync": "mma.sync" in ptx})
     return out
@@ -136,7 +137,8 @@ def run_case(name, x_shape, w_shape, padding, pass_, dtype, args, deadline) -> d
     row["pytorch"] = {}
     for f in native.formulations(p, pass_):
         prepared = [f.prepare(a, b) for a, b in sets]
-        row["pytorch"][f.name] = measure(f.run, prepared, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), 0.2, device)
+        row["pytorch"][f.name] = measure(
+            f.run, prepared, lambda r, f=f: check(runner.baseline_natural(p, pass_, f, r)), 0.2, device)
     timed = {k: v["ms"] for k, v in row["pytorch"].items() if "ms" in v}
     row["pytorch_ms"] = min(timed.values()) if timed else None
 
@@ -197,9 +199,11 @@ def main():
     parser.add_argument("--cases", nargs="+", help="case names (default: all)")
     parser.add_argument("--max-configs", type=int, default=14, help="toeplitz configs per case and pass")
     parser.add_argument("--budget-s", type=float, default=140.0,
-                        help="seconds for the config sweeps, shared among the cases (default configs always run)")
+                        help="seconds for the config sweeps, shared among the cases "
+                             "(default configs always run)")
     parser.add_argument("--smoke", action="store_true",
-                        help="tiny shapes on the CPU in Triton's interpreter (TRITON_INTERPRET=1): checks the script")
+                        help="tiny shapes on the CPU in Triton's interpreter (TRITON_INTERPRET=1): "
+                             "checks the script")
     args = parser.parse_args()
     args.device = "cpu" if args.smoke else "cuda"
     if not args.smoke and not torch.cuda.is_available():
@@ -253,7 +257,8 @@ def main():
             continue
         dw, best = row["depthwise"].get("ms"), row["toeplitz_best_ms"]
         log(f"  {row['case']:18} {row['pass']:5} pytorch {row['pytorch_ms'] or float('nan'):8.4f}  "
-            f"depthwise {dw or float('nan'):8.4f}  toeplitz {row['toeplitz_default_ms'] or float('nan'):8.4f} "
+            f"depthwise {dw or float('nan'):8.4f}  "
+            f"toeplitz {row['toeplitz_default_ms'] or float('nan'):8.4f} "
             f"(best {best or float('nan'):8.4f})")
         if dw and best and row["case"].startswith("dw") and "x" in row["case"][2:5] and row["pass"] == "fwd":
             crossover.append((int(row["case"][2:].split("x")[0]), best < dw))

@@ -78,7 +78,8 @@ def _check_tensors(op: str, input, weight) -> torch.dtype:
     if not input.dtype.is_floating_point:
         raise ValueError(f"{op}: input must be floating point, got dtype {input.dtype}")
     if input.dtype not in DTYPES:
-        raise ValueError(f"{op}: input dtype must be one of float16, bfloat16, float32, float64, got {input.dtype}")
+        raise ValueError(f"{op}: input dtype must be one of float16, bfloat16, float32, float64, "
+                         f"got {input.dtype}")
     if weight.dtype not in DTYPES and (weight.dtype.is_floating_point or weight.dtype.is_complex):
         raise ValueError(
             f"{op}: weight dtype must be an integer type or one of float16, bfloat16, float32, "

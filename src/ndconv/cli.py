@@ -110,10 +110,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ndconv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    bench = sub.add_parser("bench", help="time ndconv against PyTorch and the roofline on model-derived cases")
+    bench = sub.add_parser("bench",
+                           help="time ndconv against PyTorch and the roofline on model-derived cases")
     bench.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
-    bench.add_argument("--suite", help="public, cpu, stems, depthwise, or a JSON file of cases (default: public "
-                       "on cuda, cpu on cpu)")
+    bench.add_argument("--suite", help="public, cpu, stems, depthwise, or a JSON file of cases (default: "
+                       "public on cuda, cpu on cpu)")
     bench.add_argument("--case", nargs="+", help="only these case names")
     bench.add_argument("--passes", nargs="+", choices=["fwd", "dgrad", "wgrad"], help="only these passes")
     bench.add_argument("--algorithm", nargs="+",

@@ -70,7 +70,8 @@ class _ConvNd(torch.nn.Module):
         scale = math.sqrt(1.0 / (in_channels // groups * math.prod(self.kernel_size)))
         shape = (out_channels, *self.kernel_size, in_channels // groups)
         self.weight = torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(out_channels, device=device, dtype=dtype)) if bias else None
+        self.bias = (torch.nn.Parameter(torch.zeros(out_channels, device=device, dtype=dtype)) if bias
+                     else None)
         with torch.no_grad():
             self.weight.uniform_(-scale, scale)
 
@@ -147,7 +148,8 @@ def from_torch(module: torch.nn.Module) -> _ConvNd:
     channels-last inputs. Weights are copied into MLX's layout."""
     cls = _FROM_TORCH.get(type(module))
     if cls is None:
-        raise ValueError(f"from_torch: expected a torch.nn.Conv*d or ConvTranspose*d, got {type(module).__name__}")
+        raise ValueError("from_torch: expected a torch.nn.Conv*d or ConvTranspose*d, "
+                         f"got {type(module).__name__}")
     if module.padding_mode != "zeros":
         raise ValueError(f"from_torch: only zero padding converts, got padding_mode={module.padding_mode!r}")
     padding = module.padding

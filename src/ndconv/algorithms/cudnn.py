@@ -228,9 +228,9 @@ def measured_wrong(p: ConvProblem, formulation: str) -> str | None:
     groups 2, padding (1, 0)) through the dgrad formulation in float32, both with the filter
     reversed by copy and by CONVOLUTION mode: cuDNN wgrad of X [1, 8, 7], Y [1, 4, 7], W [4, 4, 2],
     groups 2, padding (0, 1): 16 of the 32 elements wrong (max rel err 0.50), by the first bad
-    indices reported those of one tap (cuDNN's tap 0, the one that reads no padding). The mapping is the same in
-    every dtype and its emulation is exact, so the fault is in the float32 engine cuDNN picks,
-    not isolated further (there was no GPU to bisect it on). Refused: float32 (TF32 allowed or
+    indices reported those of one tap (cuDNN's tap 0, the one that reads no padding). The mapping
+    is the same in every dtype and its emulation is exact, so the fault is in the float32 engine
+    cuDNN picks, not isolated further (there was no GPU to bisect it on). Refused: float32 (TF32 allowed or
     not) cuDNN weight gradients on one spatial axis with groups > 1 whose filter has fewer
     output than input channels per group (K/G < C/G; through the dgrad formulation, a channel
     multiplier of the forward problem). Every other grouped float32 wgrad call measured passed:
@@ -297,9 +297,11 @@ def _naturals(p: ConvProblem, x, w, out):
     """The pass's natural operands (contiguous) and its result's grouped view and natural shape."""
     if p.pass_ == "wgrad":
         x, dy, dw, _ = p.wgrad_natural(x, w, out)
-        return x.flatten(-2).contiguous(), dy.flatten(-2).contiguous(), dw, (dw.shape[0] * dw.shape[1], *dw.shape[2:])
+        return (x.flatten(-2).contiguous(), dy.flatten(-2).contiguous(), dw,
+                (dw.shape[0] * dw.shape[1], *dw.shape[2:]))
     b = w.transpose(1, -1) if p.pass_ == "dgrad" else w  # back to the natural weight
-    return x.flatten(-2).contiguous(), b.flatten(0, 1).contiguous(), out, (*out.shape[:-2], out.shape[-2] * out.shape[-1])
+    return (x.flatten(-2).contiguous(), b.flatten(0, 1).contiguous(), out,
+            (*out.shape[:-2], out.shape[-2] * out.shape[-1]))
 
 
 def _bind(call: Call, p: ConvProblem, x, w, out, config: Config):
@@ -496,7 +498,8 @@ def _build(key: _GraphKey):
             dims, strides = key.tensors[("X", "W", "Y").index(out_role)]
             result.set_output(True).set_dim(list(dims)).set_stride(list(strides)).set_data_type(io)
             made[out_role] = result
-            notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS, cudnn.numerical_note.REDUCED_PRECISION_REDUCTION]
+            notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS,
+                     cudnn.numerical_note.REDUCED_PRECISION_REDUCTION]
             if key.dtype == torch.float32 and not key.tf32:
                 notes.append(cudnn.numerical_note.TENSOR_CORE)
             if key.deterministic:

@@ -20,8 +20,9 @@ loads unmasked away from the padding: the default for stride-1 kernels of 25 to 
 rows of at most 16 columns (``walk_wins``: ConvNeXt's 7x7 at 14x14, 38 against PyTorch's 47
 us), an autotuning candidate elsewhere (slower on wider rows and short kernels, bound by its
 2-byte loads and their latency at a quarter occupancy: docs/PERFORMANCE.md). Channel counts
-that 16 does not divide still load vectors: the launchers tell the kernels the power of two that divides them (``alignment_hint``), which
-Triton cannot learn itself (MobileNetV3's 72 channels at 56x56: 28.5 against 50.0 us).
+that 16 does not divide still load vectors: the launchers tell the kernels the power of two that
+divides them (``alignment_hint``), which Triton cannot learn itself (MobileNetV3's 72 channels
+at 56x56: 28.5 against 50.0 us).
 
 Status: correct on every problem it accepts (tests run the kernels in Triton's interpreter);
 both kernels' tiles measured on the H200 (tools/depthwise_sweep.py): causal conv1d 55 us
@@ -90,7 +91,8 @@ class Config:
     rows_unrolled: bool = False  # forward: the kernel rows (all axes but the last) unrolled
     vector: int = 8  # forward: consecutive channels per thread (at most a 16-byte vector)
     rows: int = 1  # forward: output rows per strip along the next-to-last axis (sharing input rows)
-    max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg; 0: the compiler's choice)
+    max_registers: int = 0  # forward: a cap on registers per thread (Triton's maxnreg;
+                            # 0: the compiler's choice)
     phases: bool = False  # input-dilated: one stride-1 launch per output phase (phases_reason)
     flat: bool = False  # forward: a program's strips are consecutive in one order over all images' strips
     walk: bool = False  # weight gradient: threads walk output rows, every tap in registers (walk kernel)
@@ -133,19 +135,20 @@ def walk_wins(p) -> bool:
     """Whether 2-D or 3-D weight gradient ``p`` runs on the walking kernel by default (its first
     config, chunks of 16 columns): stride 1, no dilation, 25 to 49 taps and output rows of at
     most 16 columns (one chunk a row). Measured on the H200 (bf16, the depthwise suite,
-    2026-12-03; docs/PERFORMANCE.md, thirty-fourth session), against the strip kernel and PyTorch: ConvNeXt-T's 7x7 at
-    14x14 38.0 against 45.4 and 46.5 us, at 7x7 25.4 against 30.8 and 31.5; EfficientNet-B0's
-    5x5 at 14x14 39.9 against 43.5 and 51.9; X3D-M's 3x3x3 at 14x14 34.8 against 48.5, at 7x7
-    27.1 against 32.6. It loses on 3x3 kernels (MobileNetV2's at 14x14 and 7x7: 59.0 and 28.9
-    against 31.6 and 20.9), strided ones (EfficientNet-B0's 5x5 stride 2 to 7x7: 36.4 against
-    24.4; X3D-M's to 28x28-7x7: 45.7-151.9 against 40.3-130.8) and on wider rows at 2-D
-    (ConvNeXt-T's 7x7 at 28x28 and 56x56, the thirty-second session) and at 28x28 in 3-D (113.7
-    against 92.3); X3D-M's 56x56 layer, where it wins (143.0 against 190.7), is left to
-    autotuning."""
+    2026-12-03; docs/PERFORMANCE.md, thirty-fourth session), against the strip kernel and
+    PyTorch: ConvNeXt-T's 7x7 at 14x14 38.0 against 45.4 and 46.5 us, at 7x7 25.4 against 30.8
+    and 31.5; EfficientNet-B0's 5x5 at 14x14 39.9 against 43.5 and 51.9; X3D-M's 3x3x3 at 14x14
+    34.8 against 48.5, at 7x7 27.1 against 32.6. It loses on 3x3 kernels (MobileNetV2's at 14x14
+    and 7x7: 59.0 and 28.9 against 31.6 and 20.9), strided ones (EfficientNet-B0's 5x5 stride 2
+    to 7x7: 36.4 against 24.4; X3D-M's to 28x28-7x7: 45.7-151.9 against 40.3-130.8) and on wider
+    rows at 2-D (ConvNeXt-T's 7x7 at 28x28 and 56x56, the thirty-second session) and at 28x28 in
+    3-D (113.7 against 92.3); X3D-M's 56x56 layer, where it wins (143.0 against 190.7), is left
+    to autotuning."""
     if p.pass_ != "wgrad" or p.ndim == 1:
         return False
     undilated = all(d == 1 for d in (*p.kernel_dilation, *p.stride, *p.input_dilation))  # the forward's
-    return undilated and WALK_MIN_TAPS <= math.prod(p.out_spatial) <= WALK_MAX_TAPS and p.kernel[-1] <= WALK_ROW_MAX
+    return (undilated and WALK_MIN_TAPS <= math.prod(p.out_spatial) <= WALK_MAX_TAPS
+            and p.kernel[-1] <= WALK_ROW_MAX)
 
 
 def _pow2_divisor(n: int, limit: int) -> int:
@@ -263,8 +266,8 @@ def default_config(p) -> Config:
     strips = max(1, min(128, 4 * 32 * 4 // block_o))
     short = max(p.kernel) <= 3
     capped = not short and p.ndim == 2
-    config = Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short, rows_unrolled=short,
-                    vector=4, rows=_short_kernel_rows(p) if short else 1,
+    config = Config(strips, block_o, 4, cols=_default_cols(p, strips), channels_fastest=short,
+                    rows_unrolled=short, vector=4, rows=_short_kernel_rows(p) if short else 1,
                     max_registers=THREE_CTAS_OF_4_WARPS if capped else 0,
                     phases=(p.ndim == 3 or not short) and phases_reason(p) is None)
     consecutive = short and _consecutive_rows(p)
@@ -306,7 +309,8 @@ def configs(p) -> list[Config]:
         if p.ndim > 1 and math.prod(p.kernel[:-1]) <= _UNROLLED_ROWS_MAX:
             variants += [replace(c, rows_unrolled=not base.rows_unrolled) for c in (base, *variants)]
         # more or fewer channels per thread (one strip per thread); strips of other row counts
-        variants += [replace(base, vector=vector, block_p=max(1, vector * 32 * base.num_warps // base.block_o))
+        variants += [replace(base, vector=vector,
+                             block_p=max(1, vector * 32 * base.num_warps // base.block_o))
                      for vector in (8, 4, 2) if vector != base.vector]
         if p.ndim > 1:  # strips of other row counts, in tiles of one image and flat
             variants += [replace(base, rows=rows) for rows in (1, 2, 3, 4) if rows != base.rows]
@@ -455,8 +459,8 @@ def _axis_phases(p, d) -> list[_AxisPhase]:
         taps, count = len(range(t0, k, idil)), len(range(r, so, idil))
         lo_r = -((r + t0 - lo) // idil)
         first = k - 1 - t0 - idil * (taps - 1) if p.flip else t0  # flip reads the weights reversed
-        phases.append(_AxisPhase(slice(r, None, idil), slice(first, first + idil * (taps - 1) + 1, idil), taps,
-                                 lo_r, count - s - lo_r + taps - 1))
+        phases.append(_AxisPhase(slice(r, None, idil), slice(first, first + idil * (taps - 1) + 1, idil),
+                                 taps, lo_r, count - s - lo_r + taps - 1))
     return phases
 
 
@@ -533,7 +537,8 @@ def _forward_launch(p, x, w, out, config: Config, offsets=(0, 0)):
         K1C=K1 if config.rows_unrolled else 1, K2C=K2 if config.rows_unrolled else 1,
         ST2C=ST2 if config.rows_unrolled else 1, KD2C=KD2 if config.rows_unrolled else 1,
         VEC=config.vector, RH=rows, FLAT=config.flat, num_warps=config.num_warps,
-        ALIGN=alignment_hint((O, offsets[1], sx[0], *spatial_strides(x, 1, D), sy[0], *spatial_strides(out, 1, D)),
+        ALIGN=alignment_hint((O, offsets[1], sx[0], *spatial_strides(x, 1, D), sy[0],
+                              *spatial_strides(out, 1, D)),
                              config.vector),
     )
     if config.max_registers:
@@ -620,7 +625,8 @@ def _walkers(config: Config) -> int:
 def _wgrad_workspace(p, config: Config, device) -> tuple:
     """[programs along the grid's last axis, taps, Cg, O]: one partial sum per program (each the
     natural result [O, taps, Cg] transposed)."""
-    return (_wgrad_chunks(p, config, device)[2], math.prod(p.out_spatial), group_channels(p)[0], p.out_channels)
+    return (_wgrad_chunks(p, config, device)[2], math.prod(p.out_spatial), group_channels(p)[0],
+            p.out_channels)
 
 
 def _wgrad_launch(p, x, dy, ws, config: Config):

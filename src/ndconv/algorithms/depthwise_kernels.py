@@ -135,8 +135,8 @@ def _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lan
                             a = acc[r * COLS + jj]
                             if _tap_of_column(e, jj, t3o, ST3, KD3, K3, U) >= 0:
                                 if _row_reads(DS, r, ST2U, KD2U, K2U):  # the weight of (r, tap, c) in ws
-                                    a += xv * ws[_weight_slot(r, _tap_of_column(e, jj, t3o, ST3, KD3, K3, U), c,
-                                                              _chunk_taps(t3o, K3, U), CG)]
+                                    a += xv * ws[_weight_slot(r, _tap_of_column(e, jj, t3o, ST3, KD3, K3, U),
+                                                              c, _chunk_taps(t3o, K3, U), CG)]
                             new = new + (a,)
                     acc = new
     return acc
@@ -179,8 +179,10 @@ def direct_fwd_kernel(
     ALIGN divides the channel count, y_off and the position strides of x and y (kernel_utils.aligned)."""
     if ALIGN > 1:
         O, y_off = aligned(O, ALIGN), aligned(y_off, ALIGN)
-        sxn, sx1, sx2, sx3 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN), aligned(sx3, ALIGN)
-        syn, sy1, sy2, sy3 = aligned(syn, ALIGN), aligned(sy1, ALIGN), aligned(sy2, ALIGN), aligned(sy3, ALIGN)
+        sxn, sx1, sx2, sx3 = (aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN),
+                              aligned(sx3, ALIGN))
+        syn, sy1, sy2, sy3 = (aligned(syn, ALIGN), aligned(sy1, ALIGN), aligned(sy2, ALIGN),
+                              aligned(sy3, ALIGN))
     w_ptr += w_off
     y_ptr += y_off
     if CHANNELS_FASTEST:
@@ -227,16 +229,17 @@ def direct_fwd_kernel(
         for t1 in tl.static_range(K1C):
             for d in tl.static_range((RH - 1) * ST2C + (K2C - 1) * KD2C + 1):  # dilated input rows
                 if _input_row_used(d, RH, ST2C, KD2C, K2C):
-                    acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2,
-                                      S3, K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2,
-                                      sx3, sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, K2C, ST2C,
-                                      KD2C, d)
+                    acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1,
+                                      S2, S3, K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn,
+                                      sx1, sx2, sx3, sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS,
+                                      RH, K2C, ST2C, KD2C, d)
     else:
         for t1 in range(K1):  # weight taps; the input is read at the flipped tap when FLIP
             for d in range(K2 + RH - 1):  # input rows in read order
-                acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2, S3,
-                                  K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2, sx3,
-                                  sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS, RH, 0, 0, 0, 0)
+                acc = _kernel_row(acc, t1, d, x_ptr, n, j1, j2, j3, mask_p, x_lanes, mask_o, w_lanes, S1, S2,
+                                  S3, K1, K2, ST1, ST2, KD1, KD2, ID1, ID2, ID3, LO1, LO2, LO3, sxn, sx1, sx2,
+                                  sx3, sxc, sw1, sw2, sw3, swc, K3, ST3, KD3, U, CG, FLIP, COLS,
+                                  RH, 0, 0, 0, 0)
     y_rows = y_ptr + n * syn + j1 * sy1 + j2 * sy2  # [P]
     y_lanes = g * syg + k * syo  # [BLOCK_O]
     for r in tl.static_range(RH):
@@ -271,8 +274,10 @@ def direct_wgrad_kernel(
     channel count and the position strides of x and dy (kernel_utils.aligned)."""
     if ALIGN > 1:
         O = aligned(O, ALIGN)
-        sxn, sx1, sx2, sx3 = aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN), aligned(sx3, ALIGN)
-        sdn, sd1, sd2, sd3 = aligned(sdn, ALIGN), aligned(sd1, ALIGN), aligned(sd2, ALIGN), aligned(sd3, ALIGN)
+        sxn, sx1, sx2, sx3 = (aligned(sxn, ALIGN), aligned(sx1, ALIGN), aligned(sx2, ALIGN),
+                              aligned(sx3, ALIGN))
+        sdn, sd1, sd2, sd3 = (aligned(sdn, ALIGN), aligned(sd1, ALIGN), aligned(sd2, ALIGN),
+                              aligned(sd3, ALIGN))
     pid_t = tl.program_id(0)  # fastest: the taps of one chunk run together and share its tiles in L2
     c = pid_t % CG
     t2 = (pid_t // CG) % K2

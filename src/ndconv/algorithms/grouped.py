@@ -137,7 +137,8 @@ def supports(p):
         return True, (f"{config.pack} groups of {cg}x{og} channels packed block-diagonally into one, "
                       "run by PyTorch's convolution (cuDNN's kernels for wider groups)")
     if config.kernel == "packed":
-        return True, f"{config.pack} groups of {cg}x{og} channels packed block-diagonally per tensor-core tile"
+        return True, (f"{config.pack} groups of {cg}x{og} channels packed block-diagonally "
+                      "per tensor-core tile")
     if config.kernel == "rows":
         return True, (f"rows kernel: strips of output rows, each input row loaded once per column tap "
                       f"for every kernel row, {cg}x{og}-channel groups in block-diagonal tensor-core products"
@@ -522,8 +523,8 @@ def rows_config(p, strip: int = 0) -> Config:
     cols = 2 if p.pass_ != "wgrad" and max(group_channels(p)) <= 4 and _rows_shape(p)[2][-1] >= 56 else 1
     tile_w = _rows_block_w(p, cols)
     images = min(64 // tile_w, pow2_at_least(_rows_shape(p)[0]))
-    return Config("rows", block_g=_default_block_g(p), tile_w=tile_w, strip=strip, images=images, num_stages=3,
-                  cols=cols)
+    return Config("rows", block_g=_default_block_g(p), tile_w=tile_w, strip=strip, images=images,
+                  num_stages=3, cols=cols)
 
 
 def _rows_block_w(p, cols: int = 1) -> int:
@@ -556,7 +557,8 @@ def _rows_tiling(p, config: Config, device):
     if reason:
         raise ValueError(f"grouped: {reason}, not {p}")
     if p.pass_ == "wgrad" and config.cols != 1:
-        raise ValueError(f"grouped: the rows weight gradient takes one output column a lane, not {config.cols}")
+        raise ValueError("grouped: the rows weight gradient takes one output column a lane, "
+                         f"not {config.cols}")
     batch, _, (HO, WO), _ = _rows_shape(p)
     tile_w, images = config.tile_w or _rows_block_w(p, config.cols), config.images or 1
     col_tiles = cdiv(cdiv(WO, config.cols), tile_w)

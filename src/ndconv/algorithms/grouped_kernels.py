@@ -234,7 +234,8 @@ def grouped_rows_wgrad_kernel(
     x_ok = (iw >= 0) & (iw < W) & mask_ci[None, :] & ok_lane
     d_ok = ok_lane & mask_co[None, :]
     x_tile = x_ptr + (n * sxn)[:, None] + iw * sx2 + ((cb * (BG * CG) + x_lane % BCI) * sxc)[None, :]
-    d_tile = dy_ptr + (n * sdn + cols * sd2)[:, None] + ((cb * (BG * OG) + d_lane % BCO) * sdo - t1 * sd1)[None, :]
+    d_tile = (dy_ptr + (n * sdn + cols * sd2)[:, None]
+              + ((cb * (BG * OG) + d_lane % BCO) * sdo - t1 * sd1)[None, :])
     acc = tl.zeros((TK * BCO, TN * BCI), dtype=tl.float32)
     end = tl.minimum(STRIP, HO - r0)
     for u in range(end + K1 - 1):
@@ -247,7 +248,8 @@ def grouped_rows_wgrad_kernel(
         d = tl.load(d_tile + r * sd1, mask=d_ok & rows_in_strip[None, :], other=0.0)
         acc = dot(tl.trans(d), a, acc, PRECISION, UPCAST)
     ws = ws_ptr + chunk.to(tl.int64) * G * OG * K1 * K2 * CG
-    offs = (((cb * BG + go) * OG + d_lane % BCO % OG) * K1 + t1)[:, None] * (K2 * CG) + (t2 * CG + x_lane % BCI % CG)[None, :]
+    offs = ((((cb * BG + go) * OG + d_lane % BCO % OG) * K1 + t1)[:, None] * (K2 * CG)
+            + (t2 * CG + x_lane % BCI % CG)[None, :])
     mask = (go[:, None] == gi[None, :]) & mask_co[:, None] & mask_ci[None, :]
     tl.store(ws + offs, acc, mask=mask)
 

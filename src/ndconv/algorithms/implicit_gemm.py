@@ -241,7 +241,8 @@ def prepare(p, config: Config):
         return _prepare_folded(p, config)
     else:
         launch, empty = _tma_launch(p, *views, config)
-        if launch is None or empty or launch[1][1].base is not views[1]:  # not TMA, zeros, or the weight copied
+        # not TMA, zeros, or the weight copied
+        if launch is None or empty or launch[1][1].base is not views[1]:
             return None
         bound = BoundLaunch(conv_fwd_tma_kernel, *launch, operands=views)
 
@@ -414,7 +415,8 @@ def tma_reason(p) -> str | None:
                 return f"TMA needs 16-byte channel rows: {name} = {n} is not a multiple of {16 // esize}"
         return None
     if (p.c_per_group * esize) % 16:
-        return f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} is not a multiple of {16 // esize}"
+        return (f"TMA needs 16-byte channel rows: C/groups = {p.c_per_group} "
+                f"is not a multiple of {16 // esize}")
     if p.groups > 1 and p.c_per_group % MIN_BLOCK_K:
         return (f"with groups, a channel block must not straddle two: C/groups = {p.c_per_group} "
                 f"is not a multiple of {MIN_BLOCK_K}")
@@ -569,7 +571,8 @@ def _tma_block_k(p) -> int:
     if p.groups > 1:  # a block never straddles two groups (tma_reason: Cg is a multiple of the least)
         return next(bk for bk in (widest, widest // 2, widest // 4) if Cg % bk == 0)
     # the last block is zero-filled past C: the widest step that wastes at most a quarter
-    return next(bk for bk in (widest, widest // 2, widest // 4) if bk == MIN_BLOCK_K or -(-Cg // bk) * bk <= 1.25 * Cg)
+    return next(bk for bk in (widest, widest // 2, widest // 4)
+                if bk == MIN_BLOCK_K or -(-Cg // bk) * bk <= 1.25 * Cg)
 
 
 # TMA tiles worth trying (block_m, block_n, warps, stages): positions x output channels
@@ -605,7 +608,8 @@ def _conv_tma_configs(p) -> list[Config]:
         c = replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, persistent=0)
         if bn <= max(64, 2 * p.o_per_group) and c not in tiles:
             tiles.append(c)
-    variants = [replace(base, persistent=programs, tma_store=store) for store in (False, True) for programs in (0, 1, 2)]
+    variants = [replace(base, persistent=programs, tma_store=store)
+                for store in (False, True) for programs in (0, 1, 2)]
     out = []
     for c in (base, *variants, *tiles, *(replace(c, tma_store=True) for c in tiles[1:3])):
         if c not in out:
@@ -720,9 +724,9 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
     """(grid, args, meta) of the TMA kernel on these views (its descriptors hold x and w, read
     transposed where w is an input gradient's view of the forward's weight, else a copy of w
     where its channels are not unit-stride), or None when these tensors do not meet TMA's rules
-    or no tap reaches any output; and the index of each output slice that no tap reaches (as _forward_launch's: the
-    caller zeroes them; e.g. the input gradient of a 1x1 stride-2 convolution, 3 of whose 4
-    output phases are zero). ``last_taps`` = (lo, hi): the last axis's first tap
+    or no tap reaches any output; and the index of each output slice that no tap reaches (as
+    _forward_launch's: the caller zeroes them; e.g. the input gradient of a 1x1 stride-2
+    convolution, 3 of whose 4 output phases are zero). ``last_taps`` = (lo, hi): the last axis's first tap
     reduces over channels lo.. only and its last tap over ..hi (one phase; the rest of their
     channels meet zero weights), widened to whole reduction steps. ``row_steps`` (per axis,
     before the last): output row j of such an axis reads input rows step*j + t*kd - lo (a Fold's
@@ -743,7 +747,8 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
         w = w.contiguous()
     N = p.batch
     S, SO = pad3(p.in_spatial, 1), pad3(p.out_spatial, 1)
-    K, KD, ID, LO = pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.input_dilation, 1), pad3(p.padding_lo, 0)
+    K, KD, ID, LO = (pad3(p.kernel, 1), pad3(p.kernel_dilation, 1), pad3(p.input_dilation, 1),
+                     pad3(p.padding_lo, 0))
     x_shape = [N, *S, G * Cg]
     x_strides = [x.stride(0), *spatial_strides(x, 1, D), 1]
     y_strides = [out.stride(0), *spatial_strides(out, 1, D)]
@@ -786,7 +791,8 @@ def _tma_launch(p, x, w, out, config: Config, last_taps=None, row_steps=None):
     args = (x_desc, w_desc, y_desc or out, table, N, G, Cg, Og, nphase, *Q, *K, *ID, *PT, *US, ST[0], ST[1],
             *y_strides, out.stride(-2), out.stride(-1), lo, hi)
     meta = dict(
-        FLIP=p.flip, W_T=w_t, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p), UPCAST=INTERPRET,
+        FLIP=p.flip, W_T=w_t, Y_TMA=y_desc is not None, INT64=needs_int64(out), PRECISION=_precision(p),
+        UPCAST=INTERPRET,
         BB=bb, B1=b1, B2=b2, B3=b3, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=config.persistent > 0,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
@@ -1052,7 +1058,8 @@ def _rows_block_k(p) -> int:
     the channels (a step never reads into the next row's)."""
     if all(s == 1 for s in p.stride):
         return _tma_block_k(p)
-    return next(bk for bk in (64, 32, MIN_BLOCK_K) if p.in_channels % bk == 0 and bk * p.dtype.itemsize <= 128)
+    return next(bk for bk in (64, 32, MIN_BLOCK_K)
+                if p.in_channels % bk == 0 and bk * p.dtype.itemsize <= 128)
 
 
 def pointwise_wgrad(p) -> bool:
@@ -1164,7 +1171,8 @@ def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
     G, Og = p.groups, group_channels(p)[1]
     separate = [phase for phase in phases if phase.q is not None]  # a launch each
     together = _phased_wgrad(p)
-    partial = torch.empty((_phases_split(p, config, x.device), *dw.shape), device=x.device, dtype=torch.float32)
+    partial = torch.empty((_phases_split(p, config, x.device), *dw.shape), device=x.device,
+                          dtype=torch.float32)
     direct = [(phase, None) for phase in phases if phase.q is None]  # written after the partial sums
     if together is not None:
         launch = _phased_wgrad_launch(p, together, x, dy, partial, config)
@@ -1173,7 +1181,8 @@ def _run_tma_wgrad_phases(p, x_t, dy_t, dw_t, config: Config) -> bool:
             conv_wgrad_tma_kernel[grid](*args, **meta)
             separate = []
     for phase in separate:
-        views = phase.q.views(_positions(x, 1, phase.x), _positions(dy, 1, phase.dy), _positions(dw, 1, phase.taps))
+        views = phase.q.views(_positions(x, 1, phase.x), _positions(dy, 1, phase.dy),
+                              _positions(dw, 1, phase.taps))
         taps = _positions(partial, 2, phase.taps).unflatten(1, (G, Og))
         if not _run_tma_wgrad(phase.q, *views, config, taps):
             direct.append((phase, views))
@@ -1201,7 +1210,8 @@ def _phases_split(p, config: Config, device) -> int:
     launch (_phased_wgrad) counting the programs that have taps, else the most any phase takes."""
     together = _phased_wgrad(p)
     if together is None:
-        return max((_wgrad_split(phase.q, config, device) for phase in _wgrad_phases(p) if phase.q is not None),
+        return max((_wgrad_split(phase.q, config, device)
+                    for phase in _wgrad_phases(p) if phase.q is not None),
                    default=1)
     taps3 = _taps3(config, together.taps[1])
     programs = sum(k1 * cdiv(k3, taps3) for k1, k3 in together.phase_taps)  # per channel tile
@@ -1224,7 +1234,8 @@ def _prepare_phased_wgrad(p, config: Config):
     if form is None or operands is None or form.phases != len(_wgrad_phases(p)):
         return None
     x, dy, dw = operands
-    partial = torch.empty((_phases_split(p, config, x.device), *dw.shape), device=x.device, dtype=torch.float32)
+    partial = torch.empty((_phases_split(p, config, x.device), *dw.shape), device=x.device,
+                          dtype=torch.float32)
     launch = _phased_wgrad_launch(p, form, x, dy, partial, config)
     if launch is None:
         return None
@@ -1272,12 +1283,13 @@ def _phased_wgrad(p):
     for phase in live:
         start = [r[0] for r in (phase.dy if phased == "dy" else phase.x)]
         coords = (start[0], start[1] * O, 0, 0) if phased == "dy" else (0, 0, start[0], start[1] * C)
-        per_axis = [(t[2], kd, lo, t[0], t[1]) for t, kd, lo in zip(phase.taps, phase.q.stride, phase.q.padding_lo)]
+        per_axis = [(t[2], kd, lo, t[0], t[1])
+                    for t, kd, lo in zip(phase.taps, phase.q.stride, phase.q.padding_lo)]
         rows.append((*coords, *per_axis[0], *per_axis[1]))
     phase_taps = tuple(phase.q.out_spatial for phase in live)  # the forward's kernel (swapped)
     taps = tuple(max(t[d] for t in phase_taps) for d in range(2))
-    return PhasedWgrad(phased, periods, taps, phase_taps, max(live, key=lambda ph: math.prod(ph.q.out_spatial)).q,
-                       tuple(rows))
+    return PhasedWgrad(phased, periods, taps, phase_taps,
+                       max(live, key=lambda ph: math.prod(ph.q.out_spatial)).q, tuple(rows))
 
 
 def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
@@ -1288,7 +1300,8 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     bo, bc, bk = config.block_m, config.block_n, config.block_k
     N, C, O = x.shape[0], x.shape[-1], dy.shape[-1]
     P1, P2 = form.periods
-    positions = (dy.shape[1] // P1, 1, dy.shape[2] // P2) if form.phased == "dy" else (dy.shape[1], 1, dy.shape[2])
+    positions = ((dy.shape[1] // P1, 1, dy.shape[2] // P2) if form.phased == "dy"
+                 else (dy.shape[1], 1, dy.shape[2]))
     box = _wgrad_box(positions, N, bk)
     taps3 = _taps3(config, form.taps[1])
     meta = _wgrad_meta(p, box, taps3, config, phased=True)
@@ -1298,7 +1311,8 @@ def _phased_wgrad_launch(p, form: PhasedWgrad, x, dy, target, config: Config):
     def view(t, phased, block):  # [N, Q1, P1, Q2, P2*C] or [N, A, 1, B, C]
         n, a, b, c = t.shape
         if phased:
-            shape, strides = [n, a // P1, P1, b // P2, P2 * c], [t.stride(0), P1 * t.stride(1), t.stride(1), P2 * c, 1]
+            shape, strides = ([n, a // P1, P1, b // P2, P2 * c],
+                              [t.stride(0), P1 * t.stride(1), t.stride(1), P2 * c, 1])
         else:
             shape, strides = [n, a, 1, b, c], [t.stride(0), t.stride(1), t.stride(1), t.stride(2), 1]
         return _descriptor(t, shape, strides, [*box, block])
@@ -1462,7 +1476,8 @@ def _folded_operands(p, fold: Fold, x, w, out):
     wp = _folded_weight(p, fold, w)
     for d, (a, so) in enumerate(zip(fold.axes, p.out_spatial)):  # one-tap axes: a view stepping by s
         if a[0] == "step":
-            x = x.narrow(1 + d, a[2], (so - 1) * a[1] + 1)[(slice(None),) * (1 + d) + (slice(None, None, a[1]),)]
+            x = x.narrow(1 + d, a[2], (so - 1) * a[1] + 1)[
+                (slice(None),) * (1 + d) + (slice(None, None, a[1]),)]
     last_taps = None
     if fold.axes[-1][0] == "fold":  # the folded taps' row phases past the kernel meet zero weights: skipped
         _, s, e, kf = fold.axes[-1]
@@ -1530,7 +1545,8 @@ def _tap_fold(p):
     channels take fewer, fuller steps (4 steps of 64). The cost is one padded copy of the input
     per call where the last axis is padded, so it folds only where that halves the steps."""
     if (p.pass_ == "wgrad" or p.groups > 1 or any(s != 1 for s in p.stride) or p.kernel[-1] == 1
-            or any(d != 1 for d in p.input_dilation) or p.kernel_dilation[-1] != 1 or tma_reason(p) is not None):
+            or any(d != 1 for d in p.input_dilation) or p.kernel_dilation[-1] != 1
+            or tma_reason(p) is not None):
         return None
     C, K3 = p.in_channels, p.kernel[-1]
     q = replace(p, x_shape=(p.batch, *p.in_spatial[:-1], p.out_spatial[-1], K3 * C),
@@ -1570,9 +1586,11 @@ def _space_to_depth(p):
     channels = next(c for c in range(p.in_channels, p.in_channels + 16) if (blocks * c * esize) % 16 == 0)
     taps = tuple(cdiv(k, s) for k, s in zip(p.kernel, p.stride))
     if math.prod(taps) * blocks * channels > 3 * math.prod(p.kernel) * p.in_channels:
-        return f"space-to-depth would more than triple the MACs ({taps} taps over {blocks * channels} channels)"
+        return ("space-to-depth would more than triple the MACs "
+                f"({taps} taps over {blocks * channels} channels)")
     ones = (1,) * p.ndim
-    return replace(p, x_shape=(p.batch, *(so + t - 1 for so, t in zip(p.out_spatial, taps)), blocks * channels),
+    return replace(p, x_shape=(p.batch, *(so + t - 1 for so, t in zip(p.out_spatial, taps)),
+                               blocks * channels),
                    w_shape=(p.out_channels, *taps, blocks * channels), stride=ones, padding_lo=(0,) * p.ndim,
                    padding_hi=(0,) * p.ndim, flip=False, pass_="fwd")
 
@@ -1632,7 +1650,8 @@ def padded_blocks_launch(x: torch.Tensor, blocks, stride, lo, channels: int, cop
     cols = pow2_at_least(y.shape[-1])
     block_r = max(1, min(128, 4096 // cols))
     args = (x, y, rows, N, shift, *pad3(blocks, 1), *pad3(x.shape[1:-1], 1), *pad3(lo, 0), C,
-            x.stride(0), *spatial_strides(x, 1, D), *pad3(stride, 1), channels, cols, block_r, needs_int64(x, y))
+            x.stride(0), *spatial_strides(x, 1, D), *pad3(stride, 1), channels, cols, block_r,
+            needs_int64(x, y))
     return y, ((cdiv(rows, block_r),), args, dict(num_warps=4))
 
 

@@ -101,7 +101,8 @@ def conv_fwd_kernel(
             ok = mask_m & (ii1 >= 0) & (ii1 < S1) & (ii2 >= 0) & (ii2 < S2)
             ii3 = i3[:, None] + (u3 * US3)[None, :]  # [BLOCK_M, BLOCK_K]
             ok2 = ok[:, None] & mask_k[None, :] & (ii3 >= 0) & (ii3 < S3)
-            a = tl.load((x_rows + ii1 * sx1 + ii2 * sx2 + i3 * sx3)[:, None] + (u3 * US3 * sx3 + c * sxc)[None, :],
+            a = tl.load((x_rows + ii1 * sx1 + ii2 * sx2 + i3 * sx3)[:, None]
+                        + (u3 * US3 * sx3 + c * sxc)[None, :],
                         mask=ok2, other=0.0)
             t1 = _weight_tap(T01, u1, PT1, K1, FLIP)
             t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
@@ -307,7 +308,8 @@ def conv_fwd_tma_kernel(
             t2 = _weight_tap(T02, u2, PT2, K2, FLIP)
             t3 = _weight_tap(T03, u3, PT3, K3, FLIP)
             if W_T:
-                b = tl.trans(w_desc.load([t1, t2, t3, c_base + c0, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N))
+                b = tl.trans(w_desc.load([t1, t2, t3, c_base + c0,
+                                          pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N))
             else:
                 b = w_desc.load([t1, t2, t3, o0, c0]).reshape(BLOCK_N, BLOCK_K)
             acc = dot(b, tl.trans(a), acc, PRECISION, UPCAST)
@@ -330,7 +332,8 @@ def conv_fwd_tma_kernel(
             if INT64:
                 n = n.to(tl.int64)
                 g = g.to(tl.int64)
-            y_rows = y + n * syn + (r1 + PJ1 * i1) * sy1 + (r2 + PJ2 * i2) * sy2 + (r3 + PJ3 * i3) * sy3 + g * syg
+            y_rows = (y + n * syn + (r1 + PJ1 * i1) * sy1 + (r2 + PJ2 * i2) * sy2 + (r3 + PJ3 * i3) * sy3
+                      + g * syg)
             tl.store(y_rows[:, None] + (offs_n * syo)[None, :], tl.trans(acc).to(y.dtype.element_ty),
                      mask=mask_m[:, None] & mask_n[None, :])
 
@@ -464,7 +467,8 @@ def conv_wgrad_tma_kernel(
     for i in tl.static_range(TAPS3):
         accs = accs + (tl.zeros((BLOCK_O, BLOCK_C), dtype=tl.float32),)
     for _ in range(steps):
-        d = tl.trans(dy_desc.load([b * BB, q1 * B1, q2 * B2 + dy2, q3 * B3, o0 + dyc]).reshape(BLOCK_M, BLOCK_O))
+        d = tl.trans(dy_desc.load([b * BB, q1 * B1, q2 * B2 + dy2, q3 * B3,
+                                   o0 + dyc]).reshape(BLOCK_M, BLOCK_O))
         new = ()
         for i in tl.static_range(TAPS3):  # past K3 (a ragged last chunk): computed, never stored
             a = x_desc.load([b * BB, q1 * B1 + s1, q2 * B2 + s2, q3 * B3 + s3 + i * kd3, c0 + xc])

@@ -103,4 +103,5 @@ def planar_copy_kernel(
     r2_src = R2 - 1 - r2 if REVERSE else r2
     src = src_ptr + r0 * ss0 + r1 * ss1 + r2_src * ss2 + (u * ssq)[:, None] + (c * ssc)[None, :]
     v = tl.load(src, mask=inside & ((u >= 0) & (u < Q_SRC))[:, None], other=0.0)
-    tl.store(dst_ptr + r0 * sd0 + r1 * sd1 + r2 * sd2 + (q * sdq)[:, None] + (c * sdc)[None, :], v, mask=inside)
+    tl.store(dst_ptr + r0 * sd0 + r1 * sd1 + r2 * sd2 + (q * sdq)[:, None] + (c * sdc)[None, :], v,
+             mask=inside)

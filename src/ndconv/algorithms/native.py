@@ -254,7 +254,8 @@ def _convs(p: ConvProblem) -> list[_Conv]:
         sym = [max(a, b) for a, b in zip(lo, hi)]
         if min(lo) >= 0 and min(hi) >= 0 and all((s - a) % st == 0 for s, a, st in zip(sym, lo, p.stride)):
             crop = tuple(((s - a) // st, so) for s, a, st, so in zip(sym, lo, p.stride, p.out_spatial))
-            out.append(_Conv(f"{name}+sym-pad-crop", p, pre, dict(padding=sym, **conv), weight, crop, unpre, p.flip))
+            out.append(_Conv(f"{name}+sym-pad-crop", p, pre, dict(padding=sym, **conv), weight, crop, unpre,
+                             p.flip))
 
     if all(i == 1 for i in idil):  # pads in dilated coordinates are the input's own
         direct("conv", first, channels_last, list(p.padding_lo), list(p.padding_hi))

@@ -89,13 +89,15 @@ def supports(p):
     if p.ndim > 2:
         return False, "1-D and 2-D problems only"
     if p.groups != 1 or p.in_channels > CHANNELS:
-        return False, f"for ungrouped inputs of at most {CHANNELS} channels (groups {p.groups}, C {p.in_channels})"
+        return False, (f"for ungrouped inputs of at most {CHANNELS} channels "
+                       f"(groups {p.groups}, C {p.in_channels})")
     if any(d > 1 for d in p.input_dilation):
         return False, "input dilation (transposed convolutions): implicit_gemm's output phases"
     if p.kernel_dilation[-1] != 1:
         return False, "a dilated last axis leaves gaps in the window"
     if p.span[-1] * CHANNELS > MAX_WINDOW:
-        return False, f"kernel spans {p.span[-1]} positions along the last axis, more than {MAX_WINDOW // CHANNELS}"
+        return False, (f"kernel spans {p.span[-1]} positions along the last axis, "
+                       f"more than {MAX_WINDOW // CHANNELS}")
     return True, (f"each kernel row's taps over the {p.in_channels} channel(s), padded to {CHANNELS}, as one "
                   f"{_window(p)}-element window of a padded copy")
 

@@ -98,7 +98,8 @@ def supports(p):
     if cg != 1:
         return False, f"groups of {cg} input channels: not depthwise (depthwise, grouped, implicit_gemm)"
     if any(d > 1 for d in p.input_dilation):
-        return False, "input dilation (transposed or strided-gradient problems): depthwise handles their phases"
+        return False, ("input dilation (transposed or strided-gradient problems): "
+                       "depthwise handles their phases")
     if _window(p, TILE_WIDTHS[0]) > MAX_WINDOW:
         return False, f"kernel span {max(p.span)} is wider than a {MAX_WINDOW}-position window"
     a = band_axis(p)

@@ -129,7 +129,8 @@ class BoundLaunch:
 
     def __init__(self, kernel, grid, args, meta, operands):
         self.values = list(args) + [meta[name] for name in kernel.arg_names[len(args):]]  # all given
-        self.slots = tuple((i, k) for i, a in enumerate(self.values) for k, o in enumerate(operands) if a is o)
+        self.slots = tuple((i, k) for i, a in enumerate(self.values) for k, o in enumerate(operands)
+                           if a is o)
         self.descriptors = tuple((i, k, a) for i, a in enumerate(self.values) for k, o in enumerate(operands)
                                  if not isinstance(a, torch.Tensor) and getattr(a, "base", None) is o)
         self.kernel, self.meta, self.positional = kernel, meta, len(args)
@@ -183,7 +184,8 @@ class BoundLaunch:
             raw(self.grid, stream, compiled, values, operands)
             return
         self._with_descriptors(values, operands)
-        compiled.run(*self.grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *values)
+        compiled.run(*self.grid, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                     *values)
 
 
 def _hooked(hook) -> bool:
@@ -219,7 +221,8 @@ class _RawLaunch:
             return None
         # Triton wraps the C launcher in a closure that encodes the descriptors: take the C one
         cells = getattr(getattr(run, "launch", None), "__closure__", None) or ()
-        launchers = [c.cell_contents for c in cells if type(c.cell_contents).__name__ == "builtin_function_or_method"]
+        launchers = [c.cell_contents for c in cells
+                     if type(c.cell_contents).__name__ == "builtin_function_or_method"]
         if len(launchers) != 1:
             return None
         return cls(launchers[0], make_tensordesc_arg, run, descriptors, metadata)
@@ -323,7 +326,8 @@ def meta_views(p):
     """The pass's grouped operand views (``p.views``) of meta tensors of its natural shapes, from
     which a prepared launch takes its strides; None when a view does not start at its tensor's
     first element (a BoundLaunch passes the natural tensors themselves)."""
-    views = p.views(*(torch.empty(s, device="meta", dtype=p.dtype) for s in (*p.operand_shapes, p.result_shape)))
+    views = p.views(*(torch.empty(s, device="meta", dtype=p.dtype)
+                      for s in (*p.operand_shapes, p.result_shape)))
     return None if any(v.storage_offset() for v in views) else views
 
 

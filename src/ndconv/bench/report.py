@@ -40,7 +40,8 @@ def table(result) -> Table:
     t = Table(title=title, title_justify="left")
     for col in ("case", "pass", "floor", "PyTorch", "best ndconv", "speed-up", "x floor", "TFLOP/s", "GB/s",
                 "planner", "planner speed-up", "notes"):
-        t.add_column(col, justify="left" if col in ("case", "pass", "best ndconv", "planner", "notes") else "right")
+        t.add_column(col, justify="left" if col in ("case", "pass", "best ndconv", "planner", "notes")
+                     else "right")
     for r in result["rows"]:
         base = r["baseline"]
         best = r["best"]
@@ -101,7 +102,8 @@ def plot(result, path) -> None:
     ax.set_xticks(list(xs), labels, rotation=70, ha="right", fontsize=8)
     ax.set_ylabel("speed-up over PyTorch (x)")
     env = result["env"]
-    ax.set_title(f"ndconv on {env.get('gpu') or env.get('cpu') or env['device']} ({env['date'][:10]})", fontsize=10)
+    ax.set_title(f"ndconv on {env.get('gpu') or env.get('cpu') or env['device']} ({env['date'][:10]})",
+                 fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -80,8 +80,9 @@ def _env(device: str) -> dict:
         env["cpu"] = platform.processor() or platform.machine()
         env["threads"] = torch.get_num_threads()
     try:  # "-dirty" where the tree differs from the commit (a copied tree with a stale .git)
-        env["git"] = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
-                                    text=True, timeout=10, cwd=Path(__file__).parent).stdout.strip() or None
+        env["git"] = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"],
+                                    capture_output=True, text=True, timeout=10,
+                                    cwd=Path(__file__).parent).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         env["git"] = None
     env["source"] = source_digest()
@@ -121,7 +122,8 @@ def baseline_natural(p: ConvProblem, pass_: str, formulation, result):
     return out.flip(tuple(range(1, 1 + p.ndim))) if pass_ == "wgrad" and p.flip else out
 
 
-def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, algorithms, seed: int = 0) -> dict:
+def bench_case(case: BenchCase, pass_: str, device: str, roofline: Roofline, algorithms,
+               seed: int = 0) -> dict:
     """One row: baseline formulations, ndconv algorithms and the planner on one case and pass."""
     p = case.problem(device)
     q = _pass_problem(p, pass_)
