@@ -9,6 +9,7 @@ from cases import CASE_PARAMS, PASSES, for_pass
 
 from ndconv import cli, testing
 from ndconv.algorithms import REGISTRY, native
+from ndconv.api import make_problem
 from ndconv.bench import runner, suites
 
 TINY = [
@@ -120,6 +121,27 @@ def test_runner_on_tiny_cases(tiny_suite, tmp_path):
                 "best_tflops", "best_gbs", "baseline_formulations", "algorithms", "checked_on"):
         assert key in row
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize(
+    "shape, groups", [(((3, 6, 5, 8), (8, 3, 3, 2)), 4), (((2, 7, 6, 6), (6, 3, 3, 1)), 6)],
+    ids=["grouped", "depthwise"],
+)
+@pytest.mark.parametrize("limit", [1 << 12, 1 << 15])
+def test_a_reference_too_big_for_the_limit_is_a_slice_of_the_full_one(shape, groups, pass_, limit,
+                                                                        monkeypatch):
+    p = make_problem(*shape, padding=1, groups=groups, dtype=torch.float64)
+    q = for_pass(p, pass_)
+    a, b = testing.random_operands(q, seed=3)
+    full = testing.reference_result(q, a, b)
+    monkeypatch.setitem(runner._REFERENCE_LIMIT, "cpu", limit)
+    ref, take, where = runner._reference_slice(q, a, b, "cpu")
+    assert where != "full" and 0 < ref.numel() < full.numel(), where
+    assert take(full).shape == ref.shape
+    testing.assert_close(ref, take(full), 1e-12, where)
+    if pass_ == "wgrad" and shape[1][-1] == 1:  # one channel per group: only groups can shrink
+        assert where.endswith(f"/{groups} groups") and "channels" not in where
 
 
 def test_a_wrong_algorithm_is_reported_wrong_not_timed(tiny_suite, monkeypatch, capsys):

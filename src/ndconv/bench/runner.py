@@ -34,20 +34,34 @@ def _pass_problem(p: ConvProblem, pass_: str) -> ConvProblem:
 
 
 def _reference_slice(q: ConvProblem, a, b, device: str):
-    """(sliced operands' reference result, how to slice a result): the whole problem when its
-    float64 reference fits the limit, else the first few entries of its leading result axis."""
+    """(sliced operands' reference result, how to slice a result, what was kept): the whole
+    problem when its float64 reference fits the limit, else the first entries of its leading
+    result axis and, when that axis alone cannot shrink enough (a depthwise weight gradient's
+    leading axis is its single channel per group), the first groups too."""
     rows, _, k = q.gemm_mnk
-    estimate = rows * q.groups * k * 8 * 2
-    keep = q.x_shape[0]
-    if estimate > _REFERENCE_LIMIT[device]:
-        keep = max(1, int(keep * _REFERENCE_LIMIT[device] / estimate))
-    if keep == q.x_shape[0]:
+    estimate = rows * q.groups * k * 8 * 2  # bytes of the float64 windows the reference unfolds
+    limit, lead, G = _REFERENCE_LIMIT[device], q.x_shape[0], q.groups
+    keep = max(1, min(lead, int(lead * limit / estimate)))
+    g = max(1, min(G, int(G * limit / (estimate * keep / lead))))
+    if (keep, g) == (lead, G):
         return testing.reference_result(q, a, b), lambda t: t, "full"
-    sub = dataclasses.replace(q, x_shape=(keep, *q.x_shape[1:]))
+    sub = dataclasses.replace(
+        q, x_shape=(keep, *q.x_shape[1:-1], q.x_shape[-1] // G * g),
+        w_shape=(q.w_shape[0] // G * g, *q.w_shape[1:]), groups=g,
+    )
+
+    def first_groups(t, axis):
+        return t.narrow(axis, 0, t.shape[axis] // G * g)
+
     if q.pass_ == "wgrad":  # leading axis of the equivalent problem = input channels per group
-        a = a.unflatten(-1, (q.groups, -1))[..., :keep].flatten(-2)
-        return testing.reference_result(sub, a, b), lambda t: t[..., :keep], f"{keep}/{q.x_shape[0]} channels"
-    return testing.reference_result(sub, a[:keep], b), lambda t: t[:keep], f"{keep}/{q.x_shape[0]} batch"
+        a, b = a.unflatten(-1, (G, -1))[..., :g, :keep].flatten(-2), first_groups(b, -1)
+        take, axis = (lambda t: first_groups(t, 0)[..., :keep]), "channels"
+    else:
+        a, b = first_groups(a[:keep], -1), first_groups(b, 0)
+        take, axis = (lambda t: first_groups(t[:keep], -1)), "batch"
+    kept = [f"{keep}/{lead} {axis}"] if keep < lead else []
+    kept += [f"{g}/{G} groups"] if g < G else []
+    return testing.reference_result(sub, a, b), take, ", ".join(kept)
 
 
 def _env(device: str) -> dict:
