@@ -1407,17 +1407,17 @@ def _fold(p):
     esize = p.dtype.itemsize
     x_shape, w_shape, lo, hi, kdil, axes = [p.batch], [p.out_channels], [], [], [], []
     channels = C
-    for d, (s, k, kd, l, so, S) in enumerate(zip(p.stride, p.kernel, p.kernel_dilation, p.padding_lo,
-                                                  p.out_spatial, p.in_spatial)):
+    for d, (s, k, kd, pad_lo, so, S) in enumerate(zip(p.stride, p.kernel, p.kernel_dilation,
+                                                       p.padding_lo, p.out_spatial, p.in_spatial)):
         if s == 1:
             axes.append(("keep",))
             x_shape.append(S)
             w_shape.append(k)
-            lo.append(l)
+            lo.append(pad_lo)
             hi.append(p.padding_hi[d])
             kdil.append(kd)
-        elif k == 1 and l <= 0:  # one tap: output j reads s*j - lo, a view stepping by s from -lo
-            axes.append(("step", s, -l))
+        elif k == 1 and pad_lo <= 0:  # one tap: output j reads s*j - lo, a view stepping by s from -lo
+            axes.append(("step", s, -pad_lo))
             x_shape.append(so)
             w_shape.append(1)
             lo.append(0)
@@ -1429,8 +1429,8 @@ def _fold(p):
             axes.append(("row", s))
             x_shape.append(S)
             w_shape.append(k)
-            lo.append(l)
-            hi.append(so - S - l + (k - 1) * kd)
+            lo.append(pad_lo)
+            hi.append(so - S - pad_lo + (k - 1) * kd)
             kdil.append(kd)
         elif k == 1:
             return "a one-tap strided last axis with padding"
@@ -1438,8 +1438,8 @@ def _fold(p):
             return (f"folding the last axis needs kernel dilation 1, a side divisible by the stride "
                     f"and 16-byte rows of stride x channels (kdil {kd}, side {S}, stride {s}, C {C})")
         else:
-            lo_f = -(-l // s)
-            e = s * lo_f - l
+            lo_f = -(-pad_lo // s)
+            e = s * lo_f - pad_lo
             kf = -(-(k + e) // s)
             axes.append(("fold", s, e, kf))
             x_shape.append(S // s)
