@@ -101,18 +101,31 @@ def large_check(name, log):
 
 
 def compiled_kernels(log):
-    """Registers, spills and whether the PTX uses wgmma, per compiled Triton kernel."""
-    from ndconv.algorithms import implicit_gemm_kernels as K
+    """Registers, spills, shared memory and whether the PTX uses wgmma, per compiled Triton kernel
+    of every ndconv kernel module (what this process has compiled so far)."""
+    import importlib
+    import pkgutil
+
+    import triton
+
+    from ndconv import algorithms
 
     out = []
-    for fn in (K.conv_fwd_kernel, K.conv_wgrad_kernel, K.conv_fwd_tma_kernel, K.conv_wgrad_tma_kernel):
-        for cache in fn.device_caches.values():
-            for kernel in cache[0].values():
-                ptx = kernel.asm.get("ptx", "")
-                meta = kernel.metadata
-                out.append(dict(kernel=fn.__name__, num_warps=meta.num_warps, num_stages=meta.num_stages,
-                                n_regs=kernel.n_regs, n_spills=kernel.n_spills, shared=meta.shared,
-                                wgmma="wgmma.mma_async" in ptx, mma="mma.sync" in ptx))
+    for info in pkgutil.iter_modules(algorithms.__path__):
+        if not info.name.endswith(("_kernels", "kernel_utils")):
+            continue
+        module = importlib.import_module(f"ndconv.algorithms.{info.name}")
+        for fn in vars(module).values():
+            if not isinstance(fn, triton.runtime.jit.JITFunction) or fn.__module__ != module.__name__:
+                continue
+            for cache in fn.device_caches.values():
+                for kernel in cache[0].values():
+                    ptx = kernel.asm.get("ptx", "")
+                    meta = kernel.metadata
+                    out.append(dict(kernel=f"{info.name}.{fn.__name__}", num_warps=meta.num_warps,
+                                    num_stages=meta.num_stages, n_regs=kernel.n_regs,
+                                    n_spills=kernel.n_spills, shared=meta.shared,
+                                    wgmma="wgmma.mma_async" in ptx, mma="mma.sync" in ptx))
     n_wgmma = sum(k["wgmma"] for k in out)
     spills = [k for k in out if k["n_spills"]]
     log(f"compiled kernels: {len(out)}, with wgmma: {n_wgmma}, with mma.sync only: "

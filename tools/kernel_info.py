@@ -1,27 +1,26 @@
-"""Compiles the implicit-GEMM kernels on a few public-suite problems and prints what the
-compiler made of them: wgmma or not, registers, spills, shared memory (run on the GPU)."""
+"""Runs implicit_gemm on public-suite problems and prints what the compiler made of every
+Triton kernel those runs compiled: wgmma or not, registers, spills, shared memory (on the GPU).
+
+    PYTHONPATH=src python3 tools/kernel_info.py r50_3x3_56:fwd conv1d_k3_80:fwd r50_3x3_56:wgrad
+"""
 
 import sys
 
 import torch
+from gpu_check import compiled_kernels
 
 from ndconv import testing
-from ndconv.algorithms import implicit_gemm_kernels as K
 from ndconv.bench import suites
 
+if len(sys.argv) < 2:
+    sys.exit(__doc__)
 cases = {c.name: c for c in suites.load_suite("public")}
-for name, pass_ in [(n.split(":")[0], n.split(":")[1]) for n in sys.argv[1:]]:
+for name, pass_ in (arg.split(":") for arg in sys.argv[1:]):
     p = cases[name].problem("cuda")
     q = p if pass_ == "fwd" else getattr(p, pass_)()
     a, b = testing.random_operands(q)
     testing.run_algorithm("implicit_gemm", q, a, b)
     torch.cuda.synchronize()
-for fn in (K.conv_fwd_kernel, K.conv_wgrad_kernel):
-    for cache in fn.device_caches.values():
-        for kernel in cache[0].values():
-            ptx = kernel.asm.get("ptx", "")
-            m = kernel.metadata
-            print(f"{fn.__name__}: warps {m.num_warps} stages {m.num_stages} regs {kernel.n_regs} "
-                  f"spills {kernel.n_spills} smem {m.shared} wgmma {'wgmma.mma_async' in ptx} "
-                  f"mma.sync {'mma.sync' in ptx} cp.async {'cp.async' in ptx} "
-                  f"ld.global.v4 {ptx.count('ld.global.v4')} bar.sync {ptx.count('bar.sync')}")
+for k in compiled_kernels(print):
+    print(f"{k['kernel']}: warps {k['num_warps']} stages {k['num_stages']} regs {k['n_regs']} "
+          f"spills {k['n_spills']} smem {k['shared']} wgmma {k['wgmma']} mma.sync {k['mma']}")
