@@ -101,7 +101,8 @@ def large_check(name, log):
 
 
 def compiled_kernels(log):
-    """Registers, spills, shared memory and whether the PTX uses wgmma, per compiled Triton kernel
+    """Registers, spills, shared memory and what the PTX uses (wgmma, cp.async, vector loads,
+    barriers), per compiled Triton kernel
     of every ndconv kernel module (what this process has compiled so far)."""
     import importlib
     import pkgutil
@@ -125,7 +126,9 @@ def compiled_kernels(log):
                     out.append(dict(kernel=f"{info.name}.{fn.__name__}", num_warps=meta.num_warps,
                                     num_stages=meta.num_stages, n_regs=kernel.n_regs,
                                     n_spills=kernel.n_spills, shared=meta.shared,
-                                    wgmma="wgmma.mma_async" in ptx, mma="mma.sync" in ptx))
+                                    wgmma="wgmma.mma_async" in ptx, mma="mma.sync" in ptx,
+                                    cp_async="cp.async" in ptx, ld_v4=ptx.count("ld.global.v4"),
+                                    bar_sync=ptx.count("bar.sync")))
     n_wgmma = sum(k["wgmma"] for k in out)
     spills = [k for k in out if k["n_spills"]]
     log(f"compiled kernels: {len(out)}, with wgmma: {n_wgmma}, with mma.sync only: "

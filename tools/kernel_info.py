@@ -23,4 +23,5 @@ for name, pass_ in (arg.split(":") for arg in sys.argv[1:]):
     torch.cuda.synchronize()
 for k in compiled_kernels(print):
     print(f"{k['kernel']}: warps {k['num_warps']} stages {k['num_stages']} regs {k['n_regs']} "
-          f"spills {k['n_spills']} smem {k['shared']} wgmma {k['wgmma']} mma.sync {k['mma']}")
+          f"spills {k['n_spills']} smem {k['shared']} wgmma {k['wgmma']} mma.sync {k['mma']} "
+          f"cp.async {k['cp_async']} ld.global.v4 {k['ld_v4']} bar.sync {k['bar_sync']}")
