@@ -102,8 +102,8 @@ def large_check(name, log):
 
 def compiled_kernels(log):
     """Registers, spills, shared memory and what the PTX uses (wgmma, cp.async, vector loads,
-    barriers), per compiled Triton kernel
-    of every ndconv kernel module (what this process has compiled so far)."""
+    barriers), per compiled Triton kernel of every ndconv kernel module (what this process has
+    compiled so far)."""
     import importlib
     import pkgutil
 
