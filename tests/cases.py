@@ -12,6 +12,7 @@ from ndconv.testing import CASES
 
 CASE_PARAMS = [pytest.param(c, id=c.name) for c in CASES]
 PASSES = ("fwd", "dgrad", "wgrad")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where Triton kernels run (on CPUs, interpreted)
 
 
 def for_pass(p, pass_):

@@ -5,7 +5,7 @@ import zlib
 
 import pytest
 import torch
-from cases import CASE_PARAMS, PASSES, conv_args, for_pass, poisoned
+from cases import CASE_PARAMS, DEVICE, PASSES, conv_args, for_pass, poisoned
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -15,7 +15,6 @@ from ndconv.algorithms import REGISTRY
 from ndconv.api import make_problem
 
 CASES_BY_NAME = [c.name for c in testing.CASES]
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton runs in its interpreter on CPUs
 HALF_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
 # The dtypes each algorithm runs (the Triton kernels: no float64), and whether it covers every
 # problem (the others must say why they refuse one).

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from cases import CASE_PARAMS, PASSES, for_pass
+from cases import CASE_PARAMS, DEVICE, PASSES, for_pass
 
 from ndconv import cli, testing
 from ndconv.algorithms import REGISTRY, native
@@ -47,9 +47,8 @@ def test_stems_suite_loads():
 
     cases = suites.load_suite("stems")
     assert len(cases) >= 6 and all(c.problem("cpu").in_channels <= 4 for c in cases)
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPUs
-    assert all(stem.supports(c.problem(device))[0] for c in cases)
-    assert {c.name for c in cases if stem.wins(c.problem(device))} == {
+    assert all(stem.supports(c.problem(DEVICE))[0] for c in cases)
+    assert {c.name for c in cases if stem.wins(c.problem(DEVICE))} == {
         "effnet_stem_3x3s2", "convnext_stem_4x4s4", "vae_conv_in_3x3", "unet_conv_in_c4", "gray_3x3_c1",
         "wav2vec2_conv0", "encodec_conv0_causal", "stereo_k7", "dac_conv0"}
 
@@ -61,7 +60,7 @@ def test_depthwise_suite_loads():
 
     cases = suites.load_suite("depthwise")
     assert len(cases) == 33 and all(c.spec["passes"] == ["fwd", "dgrad", "wgrad"] for c in cases)
-    assert all(depthwise.supports(c.problem("cpu"))[0] for c in cases)
+    assert all(depthwise.supports(c.problem(DEVICE))[0] for c in cases)
     assert {c.problem("cpu").kernel for c in cases} == {(3, 3), (5, 5), (7, 7), (3, 3, 3)}
     assert {c.model for c in cases if c.problem("cpu").in_channels % 16} == {"MobileNetV3-Large", "X3D-M"}
 

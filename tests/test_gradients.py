@@ -3,7 +3,7 @@ the input-dilated (transposed, stride > 1) cases where MLX's own vjp is wrong.""
 
 import pytest
 import torch
-from cases import CASE_PARAMS, conv_args
+from cases import CASE_PARAMS, DEVICE, conv_args
 from hypothesis import given
 from hypothesis import strategies as st
 from test_reference import _oracle
@@ -120,20 +120,19 @@ def test_second_derivatives_on_triton_kernels(name, algorithm):
     """A gradient penalty's derivatives run every pass on the forced kernel (in the interpreter
     on a CPU): compared with the float64 reference's."""
     case = next(c for c in ndconv.testing.CASES if c.name == name)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(10)
     x0 = torch.randn(case.x, generator=g, dtype=torch.float64)
     w0 = torch.randn(case.w, generator=g, dtype=torch.float64) / case.w[-1] ** 0.5
     v0 = torch.randn(ndconv.conv_general(x0, w0, **case.args).shape, generator=g, dtype=torch.float64)
 
     def penalty_grads(dtype, algorithm):
-        x, w, v = (t.to(device, dtype).requires_grad_(True) for t in (x0, w0, v0))
+        x, w, v = (t.to(DEVICE, dtype).requires_grad_(True) for t in (x0, w0, v0))
         y = ndconv.conv_general(x, w, algorithm=algorithm, **case.args)
         dx, dw = torch.autograd.grad(y, (x, w), v, create_graph=True)
         return torch.autograd.grad(dx.square().sum() + dw.square().sum(), (x, w, v))
 
     # two passes deep (TF32 on a GPU)
-    tol = ndconv.testing.tolerance(case.problem(torch.float32, device)) * 10
+    tol = ndconv.testing.tolerance(case.problem(torch.float32, DEVICE)) * 10
     for ours, ref, what in zip(penalty_grads(torch.float32, algorithm),
                                penalty_grads(torch.float64, "reference"), ("x", "w", "dy")):
         ndconv.testing.assert_close(ours.cpu(), ref.cpu(), tol, f"{name} {algorithm} d/d{what}")
@@ -156,7 +155,7 @@ def test_both_gradients_in_one_call_match_the_separate_calls(case, dtype):
     from ndconv import planner, testing
     from ndconv.algorithms import native
 
-    p = case.problem(dtype, "cuda" if torch.cuda.is_available() else "cpu")
+    p = case.problem(dtype, DEVICE)
     both = planner.gradients(p, "native")
     d_plain = native._plain(p.dgrad(), None) is not None
     w_plain = native._plain(p.wgrad(), None) is not None
@@ -197,7 +196,7 @@ def test_pytorch_autograd_path_computes_what_the_passes_do(case, dtype):
     from ndconv import planner
     from ndconv.algorithms import native
 
-    p = case.problem(dtype, "cuda" if torch.cuda.is_available() else "cpu")
+    p = case.problem(dtype, DEVICE)
     direct = planner.differentiable(p)
     forward_native = planner.plan(p).name == "native"
     plain = native._plain(p, planner.plan(p).config) is not None if forward_native else False

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from cases import PASSES, conv_args, for_pass
+from cases import DEVICE, PASSES, conv_args, for_pass
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +13,6 @@ from ndconv import testing
 from ndconv.algorithms import grouped, native, prepared_call
 from ndconv.api import make_problem
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 Config = grouped.Config
 
 # ResNeXt-like (4x4 groups, whole 16-lane blocks), a group count that is not a multiple of the

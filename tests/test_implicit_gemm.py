@@ -6,15 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from cases import CASE_PARAMS, PASSES, for_pass
+from cases import CASE_PARAMS, DEVICE, PASSES, for_pass
 
 import ndconv
 from ndconv import testing
 from ndconv.algorithms import grouped, implicit_gemm
 from ndconv.algorithms.implicit_gemm import Config
 from ndconv.algorithms.triton_support import needs_int64
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.parametrize("pass_", PASSES)

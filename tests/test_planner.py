@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from cases import DEVICE
 
 import ndconv
 from ndconv import api, planner, tuning
@@ -433,12 +434,9 @@ def test_explain_says_when_planned_in_deterministic_mode(deterministic):
     assert e.deterministic and str(e).splitlines()[1].startswith("deterministic mode")
 
 
-KERNEL_DEVICE = "cpu" if INTERPRET else "cuda"  # where the Triton algorithms run here
-
-
 @pytest.mark.skipif(not INTERPRET and not torch.cuda.is_available(), reason="no Triton device")
 def test_explain_depthwise():
-    e = ndconv.explain((2, 8, 8, 6), (6, 3, 3, 1), padding=1, groups=6, device=KERNEL_DEVICE)
+    e = ndconv.explain((2, 8, 8, 6), (6, 3, 3, 1), padding=1, groups=6, device=DEVICE)
     for pass_ in ("fwd", "dgrad", "wgrad"):
         assert _rows(e, pass_)["depthwise"].supported
     assert "direct kernel" in _rows(e)["depthwise"].reason and "groups=6" in str(e)
@@ -446,7 +444,7 @@ def test_explain_depthwise():
 
 @pytest.mark.skipif(not INTERPRET and not torch.cuda.is_available(), reason="no Triton device")
 def test_explain_transposed():
-    x, w = torch.randn(1, 4, 4, 3, device=KERNEL_DEVICE), torch.randn(5, 4, 4, 3, device=KERNEL_DEVICE)
+    x, w = torch.randn(1, 4, 4, 3, device=DEVICE), torch.randn(5, 4, 4, 3, device=DEVICE)
     ndconv.conv_transpose2d(x, w, stride=2, padding=1)  # the same problem as:
     e = ndconv.explain(x, w, 1, ([2, 2], [2, 2]), 1, 2, flip=True)
     assert "idil=[2, 2]" in str(e) and "flip" in str(e)

@@ -4,7 +4,7 @@ prepared call, a strided output view; what it refuses and why; the planner's rul
 
 import pytest
 import torch
-from cases import poisoned
+from cases import DEVICE, poisoned
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +13,6 @@ from ndconv.algorithms import stem, triton_support
 from ndconv.algorithms.stem import Config
 from ndconv.api import make_problem
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPUs
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 

@@ -5,6 +5,7 @@ what it refuses and why; the planner's threshold."""
 
 import pytest
 import torch
+from cases import DEVICE
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,7 +14,6 @@ from ndconv.algorithms import toeplitz
 from ndconv.algorithms.toeplitz import Config
 from ndconv.api import make_problem
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter on CPUs
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 

@@ -6,6 +6,7 @@ import types
 
 import pytest
 import torch
+from cases import DEVICE
 from triton.knobs import HookChain
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -108,18 +109,17 @@ def test_sum_partials_sums_in_a_fixed_order_and_rounds_once(splits, transpose):
     the result's dtype (rounded to nearest even, in the interpreter too), in the workspace's
     element order or transposed; a result that is not contiguous gets the same values; the same
     workspace gives the same bits every time."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    partial = torch.randn(splits, 6, 35, generator=torch.Generator().manual_seed(splits)).to(device)
+    partial = torch.randn(splits, 6, 35, generator=torch.Generator().manual_seed(splits)).to(DEVICE)
     expected = partial.double().sum(0)
     expected = (expected.t() if transpose else expected).reshape(-1)
-    out = torch.full((expected.numel(),), float("nan"), dtype=torch.bfloat16, device=device)
+    out = torch.full((expected.numel(),), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     sum_partials(partial, out, transpose=transpose)
     half_ulp = torch.ldexp(torch.ones_like(expected), torch.frexp(expected).exponent - 9)  # bfloat16's
     assert ((out.double() - expected).abs() <= half_ulp * 1.001 + 1e-6).all()  # rounded once, to nearest
     again = torch.empty_like(out)
     sum_partials(partial, again, transpose=transpose)
     assert torch.equal(out.view(torch.int16), again.view(torch.int16))
-    strided = torch.full((2 * expected.numel(),), float("nan"), dtype=torch.float32, device=device)[::2]
+    strided = torch.full((2 * expected.numel(),), float("nan"), dtype=torch.float32, device=DEVICE)[::2]
     sum_partials(partial, strided, transpose=transpose)
     torch.testing.assert_close(strided, expected.float(), rtol=1e-6, atol=1e-5)
     with pytest.raises(ValueError, match="must be contiguous with the elements of one of the partial sums"):
@@ -134,13 +134,12 @@ def test_swap_channels_swaps_the_channel_axes_and_reverses_the_taps(shape, strid
     exactly (a copy), the T axis reversed when asked, from contiguous and strided sources,
     across tile edges (70 and 65 against 64-wide tiles); the launch, bound once per geometry,
     is reused with new tensors."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(sum(shape))
     for _ in range(2):  # the second call runs the bound launch on fresh tensors
-        src = torch.randn(shape, generator=g).to(device, torch.bfloat16)
+        src = torch.randn(shape, generator=g).to(DEVICE, torch.bfloat16)
         if strided:  # every other element of a wider source, T and B axes swapped in memory
             wide = (shape[0], shape[1], shape[3], 2 * shape[2])
-            src = torch.randn(wide, generator=g).to(device, torch.bfloat16)
+            src = torch.randn(wide, generator=g).to(DEVICE, torch.bfloat16)
             src = src[..., ::2].transpose(2, 3)
         expected = (src.flip(2) if reverse else src).permute(0, 3, 2, 1)
         out = swap_channels(src, reverse)

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from cases import for_pass
+from cases import DEVICE, for_pass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,9 +15,6 @@ import ndconv
 from ndconv import planner, testing
 from ndconv.algorithms import winograd
 from ndconv.algorithms.winograd import TRANSFORMS, Config
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
 
 pytestmark = pytest.mark.usefixtures("full_fp32")  # the fp32 bounds are for exact products
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
