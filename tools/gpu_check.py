@@ -103,9 +103,10 @@ def large_check(name, log):
 def compiled_kernels(log):
     """Registers, spills, shared memory and what the PTX uses (wgmma, cp.async, vector loads,
     barriers), per compiled Triton kernel of every ndconv kernel module (what this process has
-    compiled so far)."""
+    compiled so far), with the element types of its pointers and tensor descriptors."""
     import importlib
     import pkgutil
+    import re
 
     import triton
 
@@ -123,7 +124,11 @@ def compiled_kernels(log):
                 for kernel in cache[0].values():
                     ptx = kernel.asm.get("ptx", "")
                     meta = kernel.metadata
-                    out.append(dict(kernel=f"{info.name}.{fn.__name__}", num_warps=meta.num_warps,
+                    signature = getattr(kernel.src, "signature", {})
+                    dtypes = sorted({t for v in signature.values()
+                                     for t in re.findall(r"(?:\*|tensordesc<)(\w+)", str(v))})
+                    out.append(dict(kernel=f"{info.name}.{fn.__name__}", dtypes=dtypes,
+                                    num_warps=meta.num_warps,
                                     num_stages=meta.num_stages, n_regs=kernel.n_regs,
                                     n_spills=kernel.n_spills, shared=meta.shared,
                                     wgmma="wgmma.mma_async" in ptx, mma="mma.sync" in ptx,
@@ -133,6 +138,9 @@ def compiled_kernels(log):
     spills = [k for k in out if k["n_spills"]]
     log(f"compiled kernels: {len(out)}, with wgmma: {n_wgmma}, with mma.sync only: "
         f"{sum(k['mma'] and not k['wgmma'] for k in out)}, spilling: {len(spills)}")
+    for k in spills:
+        log(f"  spills {k['n_spills']:4d}: {k['kernel']} ({'/'.join(k['dtypes'])}, {k['num_warps']} warps, "
+            f"{k['n_regs']} registers, {k['shared']} B shared)")
     return out
 
 

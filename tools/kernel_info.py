@@ -22,6 +22,6 @@ for name, pass_ in (arg.split(":") for arg in sys.argv[1:]):
     testing.run_algorithm("implicit_gemm", q, a, b)
     torch.cuda.synchronize()
 for k in compiled_kernels(print):
-    print(f"{k['kernel']}: warps {k['num_warps']} stages {k['num_stages']} regs {k['n_regs']} "
-          f"spills {k['n_spills']} smem {k['shared']} wgmma {k['wgmma']} mma.sync {k['mma']} "
-          f"cp.async {k['cp_async']} ld.global.v4 {k['ld_v4']} bar.sync {k['bar_sync']}")
+    print(f"{k['kernel']} ({'/'.join(k['dtypes'])}): warps {k['num_warps']} stages {k['num_stages']} "
+          f"regs {k['n_regs']} spills {k['n_spills']} smem {k['shared']} wgmma {k['wgmma']} "
+          f"mma.sync {k['mma']} cp.async {k['cp_async']} ld.global.v4 {k['ld_v4']} bar.sync {k['bar_sync']}")
