@@ -236,6 +236,23 @@ def test_algorithm_matches_reference_random(name, drawn, pass_, seed):
     assert report.ok, f"{name} on {p}: {report}"
 
 
+def test_sums_that_cancel_are_measured_on_their_terms():
+    """One output, six products that cancel to 6e-4 of their size (hypothesis found it): a
+    correct float32 sum's rounding is then 1e-5 of the output itself, which max|ref| alone calls
+    wrong. testing.check measures it on the terms (testing.magnitude) and still catches an error
+    far below a product's size."""
+    p = make_problem((1, 3, 3), (1, 4, 3), padding=([2], [2]), kernel_dilation=[2], device=DEVICE)
+    a, b = testing.random_operands(p, 0)
+    ref, floor, tol = testing.reference_result(p, a, b), testing.magnitude(p, a, b), testing.tolerance(p)
+    assert ref.abs().max() < 1e-2 * floor  # it cancels
+    rounded, wrong = ref + 1e-6 * floor, ref + 1e-4 * floor
+    assert not testing.compare(rounded, ref, tol).ok  # on max|ref|: 5e-4 of the output
+    assert testing.compare(rounded, ref, tol, floor).ok and not testing.compare(wrong, ref, tol, floor).ok
+    for name in COVERS_EVERY_PROBLEM:
+        report = testing.check(name, p)
+        assert report.ok, f"{name}: {report}"
+
+
 # Algorithms that multiply an operand by structural zeros (DESIGN.md section 1): an inf there makes
 # NaN of outputs that do not read it. On a GPU, native and cudnn run cuDNN's engines (Winograd and
 # FFT ones among them) and implicit_gemm's strided forwards add zero taps (stride folds,

@@ -61,9 +61,7 @@ def emulated(monkeypatch):
 
 
 def _check(p, config, seed=0):
-    a, b = testing.random_operands(p, seed)
-    out = testing.run_algorithm("cudnn", p, a, b, config)
-    report = testing.compare(out, testing.reference_result(p, a, b), testing.tolerance(p))
+    report = testing.check("cudnn", p, seed, config)
     assert report.ok, f"cudnn {config} on {p}: {report}"
 
 

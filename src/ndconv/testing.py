@@ -15,7 +15,8 @@ from .api import make_problem
 from .problem import ConvProblem
 
 # Tolerance on max|out - ref| / max|ref| for a reduction of up to 4096 terms; it grows with
-# sqrt(reduction / 4096) beyond that, as rounding errors of long sums do.
+# sqrt(reduction / 4096) beyond that, as rounding errors of long sums do. (Where every output
+# is a sum that cancels, max|ref| is too small a scale: `check` floors it, see `magnitude`.)
 TOL = {
     torch.float64: 1e-12,
     torch.float32: 1e-5,
@@ -34,10 +35,10 @@ def tolerance(p: ConvProblem) -> float:
 class Report:
     """How an output compares with the reference."""
 
-    max_rel_err: float  # max|out - ref| / max|ref|
+    max_rel_err: float  # max|out - ref| / scale, the scale max|ref| (or the floor given)
     rmse_rel: float  # ||out - ref|| / ||ref||
     tol: float
-    n_bad: int  # elements off by more than tol * max|ref|, NaN or inf
+    n_bad: int  # elements off by more than tol * scale, NaN or inf
     n_nonfinite: int
     first_bad: tuple  # indices of the first few bad elements
 
@@ -54,15 +55,16 @@ class Report:
         return s
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, tol: float) -> Report:
-    """Compares ``out`` with the float64 ``ref`` (same shape)."""
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: float, floor: float = 0.0) -> Report:
+    """Compares ``out`` with the float64 ``ref`` (same shape), errors relative to max|ref|, or
+    to ``floor`` where that is larger."""
     if out.shape != ref.shape:
         raise AssertionError(f"shape {list(out.shape)} != reference shape {list(ref.shape)}")
     out, ref = out.detach().to(torch.float64), ref.detach().to(torch.float64)
     if ref.numel() == 0:
         return Report(0.0, 0.0, tol, 0, 0, ())
     err = (out - ref).abs()
-    scale = ref.abs().max().item() or 1.0
+    scale = max(ref.abs().max().item(), floor) or 1.0
     nonfinite = ~torch.isfinite(out)
     bad = nonfinite | (err > tol * scale)
     finite_err = torch.where(nonfinite, 0.0, err)
@@ -122,11 +124,22 @@ def reference_result(p: ConvProblem, a: torch.Tensor, b: torch.Tensor) -> torch.
     return out
 
 
+def magnitude(p: ConvProblem, a: torch.Tensor, b: torch.Tensor) -> float:
+    """The size a result of pass ``p`` on these operands has without cancellation beyond a
+    random walk's: the largest sum of |products| over sqrt(reduction) (K random products of size
+    m sum to about sqrt(K) m). A correct sum's rounding error is relative to its terms, not to
+    its result, so where a handful of outputs all cancel (a few products of opposite signs),
+    this, not max|ref|, is the scale their errors are measured on."""
+    terms = reference_result(p, a.abs(), b.abs())
+    return terms.max().item() / math.sqrt(max(1, p.gemm_mnk[2])) if terms.numel() else 0.0
+
+
 def check(name: str, p: ConvProblem, seed: int = 0, config=None) -> Report:
     """Algorithm ``name`` (with ``config``, default its own) against the reference on fresh
-    random operands of ``p``."""
+    random operands of ``p``, errors relative to max|ref| floored at ``magnitude``."""
     a, b = random_operands(p, seed)
-    return compare(run_algorithm(name, p, a, b, config), reference_result(p, a, b), tolerance(p))
+    return compare(run_algorithm(name, p, a, b, config), reference_result(p, a, b), tolerance(p),
+                   magnitude(p, a, b))
 
 
 @dataclass(frozen=True)
